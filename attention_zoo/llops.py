@@ -1,0 +1,134 @@
+"""LLoPS: learnable low-rank polynomial sketch (Qin et al., arXiv 2610.14219, NeurIPS 2026).
+
+The optimal size-m sketch of the degree-p polynomial kernel ``(q . k)^p`` is a linear projection of
+``vec(x^{(x)p})``; approximating each of its m columns by a rank-t CP decomposition gives
+
+    phi(x) = sum_{r=1..t} prod_{j=1..p} (x Theta_{j,r})        Theta_{j,r} in R^{d x m}
+
+with separate Theta for queries and keys, at cost O(n d m p t) and never a d^p tensor. Options:
+``square`` (``phi <- phi * phi``, non-negative weights, degree 2p), a constant feature and a learned
+linear term (as in BASED). Normalised linear attention on these features, computed in float32.
+
+``init="based"`` (or ``LLoPSAttention.from_based``) sets degree 2, rank 1, m = r^2 from a BASED
+projection W: Theta_1 repeats each column of W r times, Theta_2 tiles W r times, the 1/sqrt(2 r)
+scale is folded into both, plus the constant and the W / r^(1/4) linear term: exactly BASED.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from .based import BasedAttention, based_projection
+from .kernel import float32_region, kernel_attention, naive_kernel_attention
+from .registry import register
+
+
+def polynomial_sketch(x: Tensor, theta: Tensor, square: bool) -> Tensor:
+    """``sum_r prod_j x Theta_{j,r}`` (then squared) for ``x`` ``(B, H, N, d)``, ``theta`` ``(H, t, p, d, m)``.
+
+    One matmul against the concatenated Theta, then a reshaped product over j and sum over r.
+    """
+    h, t, p, d, m = theta.shape
+    flat = theta.permute(0, 3, 1, 2, 4).reshape(h, d, t * p * m)  # (H, d, t * p * m)
+    proj = (x @ flat).unflatten(-1, (t, p, m))  # (B, H, N, t, p, m)
+    phi = proj.prod(dim=-2).sum(dim=-2)  # (B, H, N, m)
+    return phi * phi if square else phi
+
+
+def naive_polynomial_sketch(x: Tensor, theta: Tensor, square: bool) -> Tensor:
+    """Oracle of ``polynomial_sketch``: one einsum per (r, j) factor, multiplied out term by term."""
+    h, t, p, d, m = theta.shape
+    phi = torch.zeros(x.shape[:-1] + (m,), dtype=torch.float64)
+    for r in range(t):
+        term = torch.ones_like(phi)
+        for j in range(p):
+            term = term * torch.einsum("bhnd,hdm->bhnm", x.double(), theta[:, r, j].double())
+        phi = phi + term
+    return phi * phi if square else phi
+
+
+@register("llops")
+class LLoPSAttention(nn.Module):
+    """Learnable low-rank polynomial sketch attention (see module docstring)."""
+
+    supports_causal = True
+
+    def __init__(self, *, head_dim: int, num_heads: int, degree: int = 4, features: int = 64,
+                 rank: int = 1, square: bool = True, constant: bool = False, linear_features: int = 0,
+                 init: str = "random", eps: float = 1e-6, causal: bool = False, chunk_size: int = 256):
+        super().__init__()
+        if degree < 1 or features < 1 or rank < 1 or linear_features < 0:
+            raise ValueError("llops needs degree >= 1, features >= 1, rank >= 1, linear_features >= 0")
+        if init not in ("random", "based"):
+            raise ValueError(f"llops init must be 'random' or 'based', got {init!r}")
+        self.degree, self.features, self.rank, self.square = degree, features, rank, square
+        self.constant, self.linear_features = constant, linear_features
+        self.eps, self.causal, self.chunk_size = eps, causal, chunk_size
+        shape = (num_heads, rank, degree, head_dim, features)
+        self.theta_q = nn.Parameter(torch.randn(shape) / math.sqrt(head_dim))  # (H, t, p, d, m)
+        self.theta_k = nn.Parameter(torch.randn(shape) / math.sqrt(head_dim))
+        if linear_features:
+            lin = (num_heads, head_dim, linear_features)
+            self.linear_q = nn.Parameter(torch.randn(lin) / math.sqrt(head_dim))  # (H, d, l)
+            self.linear_k = nn.Parameter(torch.randn(lin) / math.sqrt(head_dim))
+        if init == "based":
+            r = math.isqrt(features)
+            self._check_based_shape(r)
+            self.load_based_projections(based_projection(num_heads, head_dim, r),
+                                        based_projection(num_heads, head_dim, r))
+
+    def _check_based_shape(self, r: int) -> None:
+        ok = (self.degree == 2 and self.rank == 1 and self.features == r * r and not self.square
+              and self.constant and self.linear_features == r)
+        if not ok:
+            raise ValueError(
+                f"BASED initialisation needs degree=2, rank=1, features=r^2, square=false, constant=true, "
+                f"linear_features=r; got degree={self.degree}, rank={self.rank}, features={self.features}, "
+                f"square={self.square}, constant={self.constant}, linear_features={self.linear_features}")
+
+    @torch.no_grad()
+    def load_based_projections(self, w_q: Tensor, w_k: Tensor) -> None:
+        """Set Theta (and the linear term) from BASED projections ``(H, d, r)`` so phi equals BASED's."""
+        r = w_q.shape[-1]
+        self._check_based_shape(r)
+        scale = (2 * r) ** -0.25
+        for theta, lin, w in ((self.theta_q, self.linear_q, w_q), (self.theta_k, self.linear_k, w_k)):
+            theta[:, 0, 0] = w.repeat_interleave(r, dim=-1) * scale  # column (a, b) -> W_a
+            theta[:, 0, 1] = w.repeat(1, 1, r) * scale  # column (a, b) -> W_b
+            lin.copy_(w / r**0.25)
+
+    @classmethod
+    def from_based(cls, based: BasedAttention) -> LLoPSAttention:
+        """An LLoPS module computing exactly what ``based`` computes."""
+        num_heads, head_dim, r = based.w_q.shape
+        llops = cls(head_dim=head_dim, num_heads=num_heads, degree=2, features=r * r, rank=1, square=False,
+                    constant=True, linear_features=r, eps=based.eps, causal=based.causal,
+                    chunk_size=based.chunk_size)
+        llops.load_based_projections(based.w_q, based.w_k)
+        return llops
+
+    def features_of(self, x: Tensor, which: str, sketch=polynomial_sketch) -> Tensor:
+        """``phi_Q`` or ``phi_K`` (``which`` in {"q", "k"}) of ``x`` ``(B, H, N, d)``, float32."""
+        theta = self.theta_q if which == "q" else self.theta_k
+        with float32_region(x):
+            x = x.float()
+            parts = [sketch(x, theta.float(), self.square).float()]
+            if self.linear_features:
+                lin = self.linear_q if which == "q" else self.linear_k
+                parts.insert(0, x @ lin.float())
+            if self.constant:
+                parts.insert(0, x.new_ones(x.shape[:-1] + (1,)))
+            return torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        return kernel_attention(self.features_of(q, "q"), self.features_of(k, "k"), v, key_padding_mask,
+                                eps=self.eps, causal=self.causal, chunk_size=self.chunk_size)
+
+    def naive(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """Quadratic oracle: per-factor features, the explicit n x n weight matrix, normalised."""
+        phi_q = self.features_of(q, "q", naive_polynomial_sketch)
+        phi_k = self.features_of(k, "k", naive_polynomial_sketch)
+        return naive_kernel_attention(phi_q, phi_k, v, key_padding_mask, eps=self.eps, causal=self.causal)

@@ -1,0 +1,68 @@
+"""Registry of attention mechanisms: ``register``, ``build``, ``available``.
+
+Every mechanism is an ``nn.Module`` called as ``module(q, k, v, key_padding_mask=None)`` with
+``q, k, v`` of shape ``(B, H, N, head_dim)`` and ``key_padding_mask`` ``(B, N)`` bool, True for real
+tokens. Constructors take ``head_dim``, ``num_heads`` and ``max_len`` plus keyword-only options; an
+unknown name or option is a ``ValueError`` that lists what is valid.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import inspect
+
+from torch import nn
+
+_REGISTRY: dict[str, type[nn.Module]] = {}
+_BUILD_ARGS = ("head_dim", "num_heads", "max_len")
+
+
+def register(name: str):
+    """Class decorator: add an attention module under a short, lower-case, stable ``name``."""
+
+    def decorator(cls: type[nn.Module]) -> type[nn.Module]:
+        if name in _REGISTRY:
+            raise ValueError(f"attention {name!r} is already registered by {_REGISTRY[name].__qualname__}")
+        if name != name.lower():
+            raise ValueError(f"attention names are lower-case, got {name!r}")
+        cls.registry_name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return decorator
+
+
+def available(pattern: str = "*") -> list[str]:
+    """Registered names matching a glob ``pattern``, sorted."""
+    return sorted(n for n in _REGISTRY if fnmatch.fnmatch(n, pattern))
+
+
+def get(name: str) -> type[nn.Module]:
+    """The class registered as ``name``."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown attention {name!r}; valid names: {', '.join(available())}") from None
+
+
+def options(name: str) -> dict[str, object]:
+    """Keyword options of ``name`` with their defaults (excluding head_dim, num_heads, max_len)."""
+    params = inspect.signature(get(name).__init__).parameters
+    return {
+        p.name: p.default
+        for p in params.values()
+        if p.kind is p.KEYWORD_ONLY and p.name not in _BUILD_ARGS
+    }
+
+
+def build(name: str, *, head_dim: int, num_heads: int, max_len: int | None = None, **opts) -> nn.Module:
+    """Construct the attention ``name``; raises ``ValueError`` on an unknown name or option."""
+    cls = get(name)
+    valid = options(name)
+    unknown = sorted(set(opts) - set(valid))
+    if unknown:
+        listing = ", ".join(f"{k}={v!r}" for k, v in valid.items()) or "(none)"
+        raise ValueError(f"attention {name!r} has no option {', '.join(unknown)}; valid options: {listing}")
+    accepted = inspect.signature(cls.__init__).parameters
+    base = {"head_dim": head_dim, "num_heads": num_heads, "max_len": max_len}
+    return cls(**{k: v for k, v in base.items() if k in accepted}, **opts)

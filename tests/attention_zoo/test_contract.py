@@ -1,0 +1,119 @@
+"""The attention contract, checked for every registered mechanism (DESIGN.md, "The attention contract")."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import attention_zoo
+from tests.conftest import assert_close
+
+B, H, D = 2, 2, 16
+
+
+def make(name: str, max_len: int = 128, **opts):
+    torch.manual_seed(1)
+    return attention_zoo.build(name, head_dim=D, num_heads=H, max_len=max_len, **opts).eval()
+
+
+def inputs(n: int, scale: float = 1.0, dtype=torch.float32):
+    q, k, v = (scale * torch.randn(3, B, H, n, D)).to(dtype).unbind(0)
+    mask = torch.ones(B, n, dtype=torch.bool)
+    mask[1, n - n // 3:] = False  # second sequence is padded
+    return q, k, v, mask
+
+
+@pytest.mark.parametrize("name", attention_zoo.available())
+def test_shape_finite_and_gradients(name):
+    attn = make(name)
+    q, k, v, mask = inputs(48)
+    for t in (q, k, v):
+        t.requires_grad_(True)
+    out = attn(q, k, v, key_padding_mask=mask)
+    assert out.shape == v.shape and out.dtype == v.dtype
+    assert torch.isfinite(out).all()
+    (out * mask[:, None, :, None]).square().sum().backward()
+    for t in (q, k, v):
+        assert t.grad is not None and torch.isfinite(t.grad).all()
+    assert t.grad.abs().sum() > 0
+    for p in attn.parameters():
+        assert p.grad is None or torch.isfinite(p.grad).all()
+
+
+@pytest.mark.parametrize("name", attention_zoo.available())
+def test_padding_invariance(name):
+    """Real tokens' outputs are the same with 0 and with 37 extra pad tokens (pads hold garbage)."""
+    attn = make(name)
+    n, extra = 40, 37
+    q, k, v, _ = inputs(n)
+    mask = torch.ones(B, n, dtype=torch.bool)
+    ref = attn(q, k, v, key_padding_mask=mask)
+    junk = lambda t: torch.cat([t, 5 * torch.randn(B, H, extra, D)], dim=2)  # noqa: E731
+    padded_mask = torch.cat([mask, torch.zeros(B, extra, dtype=torch.bool)], dim=1)
+    out = attn(junk(q), junk(k), junk(v), key_padding_mask=padded_mask)
+    assert_close(ref, out[:, :, :n], ratio=1e-4, what=name)
+
+
+@pytest.mark.parametrize("name", attention_zoo.available())
+def test_fast_matches_naive_oracle(name):
+    """Outputs and gradients of the fast form equal the quadratic oracle that builds the n x n weights."""
+    attn = make(name)
+    q, k, v, mask = inputs(40)
+    grads = []
+    outs = []
+    upstream = torch.randn_like(v)
+    for fn in (attn.naive, attn):
+        qq, kk, vv = (t.clone().requires_grad_(True) for t in (q, k, v))
+        out = fn(qq, kk, vv, key_padding_mask=mask)
+        (out * upstream * mask[:, None, :, None]).sum().backward()
+        outs.append(out[mask[:, None, :].expand(B, H, -1)])
+        grads.append([t.grad for t in (qq, kk, vv)])
+    assert_close(outs[0], outs[1], ratio=1e-4, what=f"{name} output")
+    for g_ref, g_out, label in zip(grads[0], grads[1], "qkv"):
+        assert_close(g_ref, g_out, ratio=1e-3, what=f"{name} d{label}")
+
+
+@pytest.mark.parametrize("name", attention_zoo.available())
+def test_causal_matches_masked_oracle_or_refuses(name):
+    cls = attention_zoo.get(name)
+    if not getattr(cls, "supports_causal", False):
+        with pytest.raises(ValueError, match="causal"):
+            make(name, causal=True)
+        return
+    attn = make(name, causal=True, **({"chunk_size": 16} if "chunk_size" in attention_zoo.options(name) else {}))
+    q, k, v, mask = inputs(50)  # 50 is not a multiple of the chunk
+    out = attn(q, k, v, key_padding_mask=mask)
+    ref = attn.naive(q, k, v, key_padding_mask=mask)
+    keep = mask[:, None, :].expand(B, H, -1)
+    assert_close(ref[keep], out[keep], ratio=1e-4, what=f"{name} causal")
+    # the future cannot leak: changing the last token leaves earlier outputs unchanged
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, -1] += 3.0
+    v2[:, :, -1] -= 3.0
+    out2 = attn(q, k2, v2)
+    out1 = attn(q, k, v)
+    assert_close(out1[:, :, :-1], out2[:, :, :-1], ratio=1e-5, what=f"{name} causality")
+
+
+@pytest.mark.parametrize("name", attention_zoo.available())
+@pytest.mark.parametrize("scale", [1.0, 3.0])
+def test_long_sequence_bf16_autocast_is_finite(name, scale):
+    """No NaN/Inf at length 4096 under bf16 autocast for inputs of ordinary scale."""
+    attn = make(name, max_len=4096)
+    q, k, v, mask = inputs(4096, scale=scale)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = attn(q, k, v, key_padding_mask=mask)
+    assert torch.isfinite(out.float()).all()
+
+
+def test_unknown_name_and_option_list_valid_choices():
+    with pytest.raises(ValueError, match="valid names: .*llops.*softmax"):
+        attention_zoo.build("nope", head_dim=D, num_heads=H)
+    with pytest.raises(ValueError, match="valid options: .*degree=4"):
+        attention_zoo.build("llops", head_dim=D, num_heads=H, degre=3)
+
+
+def test_available_is_sorted_and_has_the_first_slice():
+    names = attention_zoo.available()
+    assert names == sorted(names)
+    assert {"softmax", "linear", "based", "llops"} <= set(names)

@@ -1,0 +1,89 @@
+"""LLoPS and BASED: feature maps against their defining formulas, and LLoPS reproducing BASED."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+import attention_zoo
+from attention_zoo.based import BasedAttention, taylor_feature_map
+from attention_zoo.llops import LLoPSAttention, naive_polynomial_sketch, polynomial_sketch
+from tests.conftest import assert_close
+
+
+def qkv_mask(b=2, h=3, n=30, d=8):
+    q, k, v = torch.randn(3, b, h, n, d).unbind(0)
+    mask = torch.ones(b, n, dtype=torch.bool)
+    mask[0, 21:] = False
+    return q, k, v, mask
+
+
+def test_taylor_features_give_the_second_order_exp_expansion():
+    x, y = torch.randn(2, 5, 16).unbind(0)
+    s = (x * y).sum(-1)
+    kernel = (taylor_feature_map(x) * taylor_feature_map(y)).sum(-1)
+    assert_close(1 + s / 4 + s**2 / 32, kernel, ratio=1e-6)
+    assert taylor_feature_map(x).shape[-1] == 1 + 16 + 256
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_llops_from_based_reproduces_based(causal):
+    based = BasedAttention(head_dim=8, num_heads=3, feature_dim=4, causal=causal, chunk_size=7)
+    llops = LLoPSAttention.from_based(based)
+    q, k, v, mask = qkv_mask()
+    keep = mask[:, None, :].expand(-1, 3, -1)
+    assert_close(based(q, k, v, mask)[keep], llops(q, k, v, mask)[keep], ratio=1e-6)
+
+
+def test_llops_based_init_equals_based_with_those_projections():
+    llops = attention_zoo.build("llops", head_dim=8, num_heads=2, degree=2, features=9, rank=1, square=False,
+                                constant=True, linear_features=3, init="based", eps=1e-12)
+    based = BasedAttention(head_dim=8, num_heads=2, feature_dim=3)
+    with torch.no_grad():  # recover W from the linear term: W / r^(1/4)
+        based.w_q.copy_(llops.linear_q * 3**0.25)
+        based.w_k.copy_(llops.linear_k * 3**0.25)
+    q, k, v, mask = qkv_mask(h=2)
+    assert_close(based(q, k, v, mask), llops(q, k, v, mask), ratio=1e-5)
+
+
+def test_based_init_refuses_incompatible_shapes():
+    with pytest.raises(ValueError, match="BASED initialisation needs degree=2"):
+        attention_zoo.build("llops", head_dim=8, num_heads=2, init="based")
+
+
+def test_polynomial_sketch_is_the_projection_of_explicit_tensor_power_features():
+    """phi(x)_c = <vec(x (x) x (x) x), vec(theta_1c (x) theta_2c (x) theta_3c)>, summed over rank."""
+    h, t, p, d, m = 1, 2, 3, 3, 5
+    theta = torch.randn(h, t, p, d, m, dtype=torch.float64)
+    x = torch.randn(1, h, 4, d, dtype=torch.float64)
+    explicit = torch.zeros(1, h, 4, m, dtype=torch.float64)
+    for c, r in itertools.product(range(m), range(t)):
+        for idx in itertools.product(range(d), repeat=p):
+            mono = math.prod(x[..., i] for i in idx)  # x_{i1} x_{i2} x_{i3}
+            coef = math.prod(float(theta[0, r, j, i, c]) for j, i in enumerate(idx))
+            explicit[..., c] += coef * mono
+    assert_close(explicit, polynomial_sketch(x, theta, square=False), ratio=1e-10)
+    assert_close(explicit**2, naive_polynomial_sketch(x, theta, square=True), ratio=1e-10)
+
+
+def test_squared_llops_weights_are_non_negative():
+    llops = attention_zoo.build("llops", head_dim=8, num_heads=2, degree=4, features=16)
+    q, k, _, _ = qkv_mask(h=2)
+    weights = llops.features_of(q, "q") @ llops.features_of(k, "k").transpose(-1, -2)
+    assert (weights >= 0).all()
+
+
+def test_llops_separate_query_and_key_maps_and_rank():
+    llops = attention_zoo.build("llops", head_dim=8, num_heads=2, degree=3, features=10, rank=2)
+    assert llops.theta_q.shape == llops.theta_k.shape == (2, 2, 3, 8, 10)
+    assert not torch.equal(llops.theta_q, llops.theta_k)
+
+
+def test_features_are_float32_under_bf16_autocast():
+    llops = attention_zoo.build("llops", head_dim=8, num_heads=2)
+    q = torch.randn(1, 2, 5, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert llops.features_of(q, "q").dtype == torch.float32

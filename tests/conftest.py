@@ -1,0 +1,23 @@
+"""Shared test helpers: deterministic seeds and a relative-RMSE comparison (as in fla's tests)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+torch.set_num_threads(2)
+
+
+def assert_close(ref: torch.Tensor, out: torch.Tensor, ratio: float = 1e-4, atol: float = 1e-6, what: str = ""):
+    """Relative RMSE ``rms(ref - out) / rms(ref)`` below ``ratio`` (or tiny absolute error); no NaN."""
+    assert torch.isfinite(out).all(), f"{what}: non-finite values"
+    err = (ref.double() - out.double()).pow(2).mean().sqrt()
+    scale = ref.double().pow(2).mean().sqrt()
+    if (ref.double() - out.double()).abs().max() <= atol:
+        return
+    assert err <= ratio * scale, f"{what}: relative RMSE {float(err / scale):.2e} > {ratio:.0e}"
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
