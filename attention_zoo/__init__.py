@@ -1,10 +1,18 @@
 """A zoo of attention mechanisms behind one registry and one call contract.
 
 ``available()`` lists the names, ``build(name, head_dim=..., num_heads=..., **options)`` makes a module
-called as ``module(q, k, v, key_padding_mask=None)`` on ``(B, H, N, head_dim)`` tensors.
+called as ``module(q, k, v, key_padding_mask=None)`` on ``(B, H, N, head_dim)`` tensors. Every public
+module of this package is imported here, so a new mechanism is one new file that calls ``@register``.
 """
 
-from . import based, linear, llops, softmax  # noqa: F401  (registration side effects)
+import importlib
+import pkgutil
+
 from .registry import available, build, get, options, register
+
+_INFRASTRUCTURE = {"registry", "kernel", "bench"}
+for _info in pkgutil.iter_modules(__path__):
+    if not _info.name.startswith("_") and _info.name not in _INFRASTRUCTURE:
+        importlib.import_module(f"{__name__}.{_info.name}")
 
 __all__ = ["available", "build", "get", "options", "register"]

@@ -96,14 +96,20 @@ def test_causal_matches_masked_oracle_or_refuses(name):
 
 
 @pytest.mark.parametrize("name", attention_zoo.available())
-@pytest.mark.parametrize("scale", [1.0, 3.0])
-def test_long_sequence_bf16_autocast_is_finite(name, scale):
-    """No NaN/Inf at length 4096 under bf16 autocast for inputs of ordinary scale."""
-    attn = make(name, max_len=4096)
-    q, k, v, mask = inputs(4096, scale=scale)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = attn(q, k, v, key_padding_mask=mask)
-    assert torch.isfinite(out.float()).all()
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_length_16k_is_finite(name, dtype):
+    """No NaN/Inf at n = 16384 in fp32 and under bf16 autocast, for inputs of scale 1 and 3."""
+    n = 16384
+    attn = make(name, max_len=n)
+    mask = torch.ones(1, n, dtype=torch.bool)
+    mask[0, n - 1000:] = False
+    for scale in (1.0, 3.0):
+        q, k, v = (scale * torch.randn(3, 1, 1, n, D)).unbind(0)
+        if dtype is torch.bfloat16:
+            q, k, v = q.bfloat16(), k.bfloat16(), v.bfloat16()
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype is torch.bfloat16):
+            out = attn(q, k, v, key_padding_mask=mask)
+        assert torch.isfinite(out.float()).all(), f"{name} scale {scale}"
 
 
 def test_unknown_name_and_option_list_valid_choices():

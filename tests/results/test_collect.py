@@ -1,0 +1,187 @@
+"""Collector and tables on hand-made `result.json` records; the CLI through a subprocess."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from results.collect import collect
+from results.markdown import to_markdown
+from results.tables import MAJORITY, load_reference, summarize
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_record(root, task, attention, seed, test_acc=None, *, tag="quick", status="completed", **extra):
+    """Write `root/<task>/<attention>/seed<seed>[-<tag>]/result.json` the way run.py does."""
+    metrics = {} if test_acc is None else {"val_acc": test_acc, "test_acc": test_acc, "majority_acc": 0.17}
+    record = {
+        "task": task, "attention": attention, "seed": seed, "status": status, "error": None,
+        "metrics": metrics, "config": {"tag": tag, "seed": seed}, "git_sha": "abc123",
+        "wall_time_s": 12.5, "params": 1000, "tokens_per_s": 5e4, **extra,
+    }
+    run_dir = Path(root) / task / attention / f"seed{seed}-{tag}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "result.json").write_text(json.dumps(record))
+    return run_dir / "result.json"
+
+
+@pytest.fixture
+def runs(tmp_path):
+    """Listops: 2 attentions x seeds 0,1, nystrom 1 seed, a failed run, a malformed file, a default run."""
+    root = tmp_path / "outputs"
+    write_record(root, "listops", "softmax", 0, 0.40)
+    write_record(root, "listops", "softmax", 1, 0.44)
+    write_record(root, "listops", "llops", 0, 0.50)
+    write_record(root, "listops", "llops", 1, 0.46)
+    write_record(root, "listops", "nystrom", 0, 0.45)
+    write_record(root, "listops", "softmax", 2, 0.99, status="failed",
+                 error="RuntimeError: boom\nTraceback (most recent call last): ...")
+    bad = root / "listops" / "llops" / "seed2-quick" / "result.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"task": "listops", "attention": ')
+    write_record(root, "listops", "softmax", 0, 0.30, tag="default")
+    return root
+
+
+def section(markdown, tag):
+    """The text of one tag's section."""
+    return markdown.split(f"## tag `{tag}`")[1].split("\n## ")[0]
+
+
+def table_cells(text):
+    """{attention: {column: cell}} from the first pipe table in `text`."""
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    split = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+    header, body = split[0], split[2:]
+    return {row[0]: dict(zip(header, row, strict=True)) for row in body}
+
+
+def cell(summary, tag, attention, column):
+    return summary.set_index(["tag", "attention"]).loc[(tag, attention), column]
+
+
+def test_collect_long_table_and_problems(runs):
+    long, problems = collect([runs])
+    assert set(long.columns) >= {"task", "attention", "seed", "tag", "status", "metric", "value", "path"}
+    assert len(long) == 7 * 3  # six completed + one failed, three metrics each
+    assert set(long["tag"]) == {"quick", "default"}
+    kinds = {(p.kind, Path(p.path).parent.name) for p in problems}
+    assert kinds == {("failed", "seed2-quick"), ("malformed", "seed2-quick")}
+    failed = next(p for p in problems if p.kind == "failed")
+    assert failed.message == "RuntimeError: boom" and "softmax" in failed.path
+    assert next(p for p in problems if p.kind == "malformed").path.endswith("llops/seed2-quick/result.json")
+
+
+def test_summary_mean_std_and_failed_run_not_averaged(runs):
+    summary = summarize(collect([runs])[0])
+    assert cell(summary, "quick", "softmax", "listops_mean") == pytest.approx(42.0)
+    assert cell(summary, "quick", "softmax", "listops_std") == pytest.approx(math.sqrt(8.0))
+    assert cell(summary, "quick", "softmax", "listops_n") == 2
+    assert cell(summary, "quick", "llops", "listops_mean") == pytest.approx(48.0)
+    assert cell(summary, "quick", "nystrom", "listops_n") == 1
+    assert math.isnan(cell(summary, "quick", "nystrom", "listops_std"))
+    assert cell(summary, "default", "softmax", "listops_mean") == pytest.approx(30.0)
+    assert cell(summary, "quick", MAJORITY, "listops_mean") == pytest.approx(17.0)
+
+
+def test_missing_tasks_are_blank_not_zero(runs):
+    summary = summarize(collect([runs])[0])
+    assert math.isnan(cell(summary, "quick", "softmax", "text_mean"))
+    assert math.isnan(cell(summary, "quick", "softmax", "average_mean"))
+    markdown = to_markdown(summary, [], load_reference())
+    row = table_cells(section(markdown, "quick"))["softmax"]
+    assert row["text"] == "" and row["average"] == "" and row["pathfinder"] == ""
+    assert "0.00" not in section(markdown, "quick").split("\n- ")[0]
+
+
+def test_average_only_with_all_five_tasks(tmp_path):
+    accs = {"listops": 0.4, "text": 0.6, "retrieval": 0.7, "image": 0.5, "pathfinder": 0.8}
+    for task, acc in accs.items():
+        write_record(tmp_path, task, "softmax", 0, acc, tag="default")
+    write_record(tmp_path, "listops", "llops", 0, 0.5, tag="default")
+    summary = summarize(collect([tmp_path])[0])
+    assert cell(summary, "default", "softmax", "average_mean") == pytest.approx(60.0)
+    assert cell(summary, "default", "softmax", "average_n") == 1
+    assert math.isnan(cell(summary, "default", "llops", "average_mean"))
+
+
+def test_markdown_has_paper_columns_and_lists_problems(runs):
+    long, problems = collect([runs])
+    markdown = to_markdown(summarize(long), problems, load_reference())
+    quick = section(markdown, "quick")
+    rows = table_cells(quick)
+    assert rows["softmax"]["listops"] == "42.00 ± 2.83 (n=2)"
+    assert rows["softmax"]["listops (paper)"] == "48.49"
+    assert rows["nystrom"]["listops"] == "45.00 (n=1)"
+    assert rows["hedgehog"]["listops"] == "" and rows["hedgehog"]["image (paper)"] == "52.68"
+    assert rows["llops"]["average (paper)"] == "67.16"
+    assert rows["majority class"]["listops"] == "17.00"
+    assert "**Not comparable:**" in quick and "**Not comparable:**" not in section(markdown, "default")
+    assert "failed: `" in quick and "RuntimeError: boom" in quick and "Traceback" not in quick
+    assert "2610.14219" in markdown.split("## tag")[0]
+    assert "Missing for `softmax` (no completed run): text, retrieval, image, pathfinder." in quick
+    assert "malformed: `" in markdown.split("## Unreadable records")[1]
+
+
+def test_duplicate_seed_counts_once(tmp_path):
+    write_record(tmp_path / "a", "listops", "softmax", 0, 0.40, finished_at="2026-01-01T00:00:00")
+    write_record(tmp_path / "b", "listops", "softmax", 0, 0.50, finished_at="2026-02-01T00:00:00")
+    long, problems = collect([tmp_path])
+    summary = summarize(long)
+    assert cell(summary, "quick", "softmax", "listops_mean") == pytest.approx(50.0)
+    assert cell(summary, "quick", "softmax", "listops_n") == 1
+    assert [p.kind for p in problems] == ["duplicate"] and "/a/" in problems[0].path
+
+
+def test_percent_accuracy_is_rejected(tmp_path):
+    write_record(tmp_path, "listops", "softmax", 0, 42.0)
+    long, problems = collect([tmp_path])
+    assert {p.kind for p in problems} == {"bad value", "missing test_acc"}
+    assert "softmax" not in set(summarize(long)["attention"])
+
+
+def test_reference_table():
+    reference = load_reference()
+    assert reference.loc["softmax", "listops"] == pytest.approx(48.49)
+    assert reference.loc["llops", "average"] == pytest.approx(67.16)
+    assert "2610.14219" in reference.attrs["source"]
+
+
+def run_cli(*args, cwd):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "results", *map(str, args)],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_cli_writes_tables(runs, tmp_path):
+    out = tmp_path / "tables"
+    result = run_cli(runs, "--out", out, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert {p.name for p in out.iterdir()} == {"runs.csv", "lra.md", "lra.csv"}
+    assert result.stdout == (out / "lra.md").read_text()
+    wide = pd.read_csv(out / "lra.csv")
+    softmax = wide[(wide["tag"] == "quick") & (wide["attention"] == "softmax")].iloc[0]
+    assert softmax["listops_mean"] == pytest.approx(42.0) and softmax["listops_n"] == 2
+    assert pd.isna(softmax["text_mean"])
+    assert len(pd.read_csv(out / "runs.csv")) == 21
+
+
+def test_cli_tag_filter(runs, tmp_path):
+    out = tmp_path / "tables"
+    result = run_cli(runs, "--out", out, "--tag", "default", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "## tag `default`" in result.stdout and "## tag `quick`" not in result.stdout
+    assert set(pd.read_csv(out / "lra.csv")["tag"]) == {"default"}
+
+
+def test_cli_without_records_exits_zero(tmp_path):
+    result = run_cli(cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "No usable result.json records found under: outputs" in result.stdout
+    assert not (tmp_path / "results").exists()
