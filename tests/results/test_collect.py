@@ -12,7 +12,7 @@ import pytest
 
 from results.collect import collect
 from results.markdown import to_markdown
-from results.tables import MAJORITY, load_reference, summarize
+from results.summary import MAJORITY, load_reference, summarize
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,0 +1,116 @@
+"""Datasets and the base DataModule over prepared data in the compact format (``data_prep.compact``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from data_prep.compact import CompactSplit, DataError, load_manifest, load_split
+
+from .errors import UserError
+
+
+class SequenceDataset(Dataset):
+    """One tokenised sequence and its label per item, truncated to ``max_len``."""
+
+    def __init__(self, split: CompactSplit, max_len: int):
+        self.split, self.max_len = split, max_len
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, int]:
+        return self.split.sequence(i)[: self.max_len], int(self.split.labels[i])
+
+
+def pad_batch(items: list[tuple[np.ndarray, int]], multiple: int = 1) -> dict[str, torch.Tensor]:
+    """Right-pad with id 0 to the longest sequence (rounded up to ``multiple``); keep true lengths."""
+    lengths = torch.tensor([len(seq) for seq, _ in items], dtype=torch.long)
+    n = int(lengths.max())
+    n = -(-n // multiple) * multiple
+    tokens = torch.zeros(len(items), n, dtype=torch.long)
+    for row, (seq, _) in enumerate(items):
+        tokens[row, : len(seq)] = torch.from_numpy(seq.astype(np.int64))
+    labels = torch.tensor([label for _, label in items], dtype=torch.long)
+    return {"tokens": tokens, "lengths": lengths, "labels": labels}
+
+
+class CompactDataModule(pl.LightningDataModule):
+    """Loads ``<task.data.root>/<task.name>/`` (train/val/test) and serves padded batches.
+
+    Subclasses may override ``prepare_data`` to generate missing data and ``rebuild_command``.
+    """
+
+    splits = ("train", "val", "test")
+
+    def __init__(self, cfg: dict[str, Any]):
+        super().__init__()
+        self.cfg = cfg
+        self.task = cfg["task"]
+        self.root = Path(self.task["data"]["root"])
+        self.task_dir = self.root / self.task["name"]
+        self.data: dict[str, CompactSplit] = {}
+
+    def rebuild_command(self) -> str:
+        return f"python -m data_prep {self.task['name']} --out {self.root}"
+
+    def manifest(self) -> dict[str, Any]:
+        try:
+            return load_manifest(self.task_dir, rebuild_cmd=self.rebuild_command())
+        except DataError as err:
+            raise UserError(str(err)) from None
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.manifest()["vocab_size"])
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.manifest()["num_classes"])
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.data:
+            return
+        try:
+            for split in self.splits:
+                self.data[split] = load_split(self.task_dir, split, rebuild_cmd=self.rebuild_command())
+        except DataError as err:
+            raise UserError(str(err)) from None
+        if self.num_classes != self.task["num_classes"]:
+            raise UserError(f"{self.task_dir}: data has {self.num_classes} classes but task.num_classes is "
+                            f"{self.task['num_classes']}. Rebuild it with: {self.rebuild_command()}")
+
+    def majority_acc(self) -> float:
+        """Test accuracy of always predicting the most frequent training label."""
+        self.setup()
+        majority = np.bincount(self.data["train"].labels).argmax()
+        return float((self.data["test"].labels == majority).mean())
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        data = self.task["data"]
+        workers = int(data.get("num_workers", 0))
+        return DataLoader(
+            self.make_dataset(self.data[split]), batch_size=self.task["batch_size"], shuffle=shuffle,
+            num_workers=workers, persistent_workers=workers > 0, drop_last=False,
+            collate_fn=self.collate,
+        )
+
+    def make_dataset(self, split: CompactSplit) -> Dataset:
+        return SequenceDataset(split, self.task["max_len"])
+
+    def collate(self, items):
+        return pad_batch(items, int(self.task["data"].get("pad_multiple", 1)))
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)

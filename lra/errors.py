@@ -1,0 +1,5 @@
+"""Errors that mean the user asked for something wrong: printed as one message, no traceback."""
+
+
+class UserError(Exception):
+    """A configuration or data problem the user can fix; the message says how."""

@@ -1,0 +1,98 @@
+"""The LRA encoder backbone: embeddings, pre-norm attention blocks, pooling over real tokens.
+
+Shape of the PyTorch-port protocol (Nystromformer/Skyformer LRA code): learned positions, pre-norm
+blocks (attention + GELU FFN), a final LayerNorm, mean pooling over real tokens only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+
+class AttentionBlock(nn.Module):
+    """Pre-norm self-attention: ``x + dropout(W_o attention(W_q x, W_k x, W_v x))``."""
+
+    def __init__(self, dim: int, num_heads: int, attention: nn.Module, dropout: float):
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f"model width {dim} is not divisible by {num_heads} heads")
+        self.num_heads = num_heads
+        self.norm = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.attention = attention
+        self.out = nn.Linear(dim, dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        b, n, d = x.shape
+        qkv = self.qkv(self.norm(x)).view(b, n, 3, self.num_heads, d // self.num_heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, N, head_dim)
+        y = self.attention(q, k, v, key_padding_mask=mask)  # (B, H, N, head_dim)
+        y = y.transpose(1, 2).reshape(b, n, d)
+        return x + self.dropout(self.out(y))
+
+
+class FeedForward(nn.Module):
+    """Pre-norm GELU MLP with a residual connection."""
+
+    def __init__(self, dim: int, hidden: int, dropout: float):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.LayerNorm(dim), nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(dropout),
+            nn.Linear(hidden, dim), nn.Dropout(dropout),
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.net(x)
+
+
+def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
+    """Mean of ``x`` ``(B, N, D)`` over positions where ``mask`` ``(B, N)`` is True."""
+    w = mask.to(x.dtype).unsqueeze(-1)
+    return (x * w).sum(1) / w.sum(1).clamp_min(1.0)
+
+
+class Encoder(nn.Module):
+    """Token + learned position embeddings, ``depth`` blocks, final norm, pooled ``(B, dim)`` output."""
+
+    def __init__(self, *, vocab_size: int, max_len: int, dim: int, depth: int, num_heads: int,
+                 ffn_dim: int, dropout: float, make_attention: Callable[[], nn.Module],
+                 pooling: str = "mean"):
+        super().__init__()
+        if pooling not in ("mean", "cls"):
+            raise ValueError(f"pooling must be 'mean' or 'cls', got {pooling!r}")
+        self.pooling, self.max_len = pooling, max_len
+        self.tokens = nn.Embedding(vocab_size, dim)
+        self.positions = nn.Embedding(max_len + (pooling == "cls"), dim)
+        self.cls = nn.Parameter(torch.zeros(1, 1, dim)) if pooling == "cls" else None
+        self.dropout = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList()
+        for _ in range(depth):
+            self.blocks.append(AttentionBlock(dim, num_heads, make_attention(), dropout))
+            self.blocks.append(FeedForward(dim, ffn_dim, dropout))
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, tokens: Tensor, lengths: Tensor) -> Tensor:
+        b, n = tokens.shape
+        if n > self.max_len:
+            raise ValueError(f"sequence length {n} exceeds the model's max_len {self.max_len}")
+        mask = torch.arange(n, device=tokens.device)[None, :] < lengths[:, None]  # (B, N) from true lengths
+        x = self.tokens(tokens)
+        if self.cls is not None:
+            x = torch.cat([self.cls.expand(b, -1, -1), x], dim=1)
+            mask = torch.cat([mask.new_ones(b, 1), mask], dim=1)
+        x = self.dropout(x + self.positions.weight[: x.shape[1]])
+        for block in self.blocks:
+            x = block(x, mask) if isinstance(block, AttentionBlock) else block(x)
+        x = self.norm(x)
+        return x[:, 0] if self.cls is not None else masked_mean(x, mask)
+
+
+class ClassifierHead(nn.Sequential):
+    """``Linear(dim, hidden) -> ReLU -> Linear(hidden, classes)`` (the ports' SCHead)."""
+
+    def __init__(self, dim: int, hidden: int, num_classes: int):
+        super().__init__(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))

@@ -1,0 +1,97 @@
+"""The shared classification LightningModule: encoder + head, loss, accuracy, AdamW with warmup/decay."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics.classification import MulticlassAccuracy
+
+import attention_zoo
+
+from .errors import UserError
+from .model import ClassifierHead, Encoder
+
+
+def attention_factory(cfg: dict[str, Any], max_len: int):
+    """A zero-argument builder of the configured attention; bad names/options become ``UserError``."""
+    opts = dict(cfg["attention"])
+    name = opts.pop("name")
+    model = cfg["model"]
+    build = partial(attention_zoo.build, name, head_dim=model["dim"] // model["heads"],
+                    num_heads=model["heads"], max_len=max_len, **opts)
+    try:
+        build()
+    except ValueError as err:
+        raise UserError(f"attention={name}: {err}") from None
+    return build
+
+
+def build_encoder(cfg: dict[str, Any], vocab_size: int) -> Encoder:
+    """The backbone from ``cfg['model']``, ``cfg['attention']`` and ``cfg['task']['max_len']``."""
+    model, max_len = cfg["model"], cfg["task"]["max_len"]
+    return Encoder(vocab_size=vocab_size, max_len=max_len, dim=model["dim"], depth=model["depth"],
+                   num_heads=model["heads"], ffn_dim=model["ffn_dim"], dropout=model["dropout"],
+                   make_attention=attention_factory(cfg, max_len), pooling=model["pooling"])
+
+
+def warmup_linear_decay(step: int, warmup: int, total: int) -> float:
+    """LR multiplier: linear warmup to 1 over ``warmup`` steps, then linear decay to 0 at ``total``."""
+    if step < warmup:
+        return (step + 1) / warmup
+    return max(0.0, (total - step) / max(1, total - warmup))
+
+
+class ClassificationModule(pl.LightningModule):
+    """Classify one sequence per example; subclasses change ``forward`` (e.g. dual encoders)."""
+
+    def __init__(self, cfg: dict[str, Any], vocab_size: int, num_classes: int):
+        super().__init__()
+        self.save_hyperparameters({"cfg": cfg, "vocab_size": vocab_size, "num_classes": num_classes})
+        self.cfg = cfg
+        self.encoder = build_encoder(cfg, vocab_size)
+        self.head = self.build_head(cfg["model"], num_classes)
+        metric = partial(MulticlassAccuracy, num_classes=num_classes, average="micro")
+        self.train_acc, self.val_acc, self.test_acc = metric(), metric(), metric()
+        self.train_tokens = 0
+
+    def build_head(self, model: dict[str, Any], num_classes: int) -> nn.Module:
+        return ClassifierHead(model["dim"], model["ffn_dim"], num_classes)
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        return self.head(self.encoder(batch["tokens"], batch["lengths"]))
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        logits = self(batch)
+        loss = F.cross_entropy(logits, batch["labels"])
+        self.train_acc(logits, batch["labels"])
+        self.train_tokens += int(batch["lengths"].sum())
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/acc", self.train_acc, on_step=True, on_epoch=False)
+        return loss
+
+    def _evaluate(self, batch: dict[str, Tensor], stage: str, metric: MulticlassAccuracy) -> None:
+        logits = self(batch)
+        loss = F.cross_entropy(logits, batch["labels"])
+        metric(logits, batch["labels"])
+        self.log(f"{stage}/loss", loss, sync_dist=True)
+        self.log(f"{stage}/acc", metric, prog_bar=True)
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "val", self.val_acc)
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "test", self.test_acc)
+
+    def configure_optimizers(self):
+        optim = self.cfg["task"]["optim"]
+        total = self.trainer.max_steps if self.trainer.max_steps > 0 else optim["warmup_steps"] + 1
+        optimizer = torch.optim.AdamW(self.parameters(), lr=optim["lr"], betas=tuple(optim["betas"]),
+                                      eps=optim["eps"], weight_decay=optim["weight_decay"])
+        schedule = partial(warmup_linear_decay, warmup=max(1, optim["warmup_steps"]), total=total)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -1,0 +1,42 @@
+"""ListOps (Nangia & Bowman, arXiv 1804.06028; LRA, arXiv 2011.04006): 10-way classification of
+nested MIN/MAX/MED/SM expressions, up to 2000 tokens. Data is generated locally when missing."""
+
+from __future__ import annotations
+
+import logging
+
+from data_prep import listops as generator
+
+from ..data import CompactDataModule
+from ..errors import UserError
+from ..module import ClassificationModule
+
+log = logging.getLogger(__name__)
+
+
+class DataModule(CompactDataModule):
+    """ListOps splits; generates them (with ``task.data.generate`` sizes) when the folder is missing."""
+
+    def generate_options(self) -> dict:
+        return dict(self.task["data"]["generate"])
+
+    def rebuild_command(self) -> str:
+        return generator.generate_command(self.root, **self.generate_options())
+
+    def prepare_data(self) -> None:
+        if (self.task_dir / "manifest.json").exists():
+            manifest = self.manifest()
+            made = {**manifest["source"], **{k: v["count"] for k, v in manifest["splits"].items()}}
+            wanted = self.generate_options()
+            if any(made.get(k) != v for k, v in wanted.items()):
+                raise UserError(f"{self.task_dir} holds ListOps made by `{manifest.get('command')}`, but this "
+                                f"config asks for `{self.rebuild_command()}`. Point task.data.root elsewhere "
+                                f"or delete that folder.")
+            return
+        log.info("ListOps data not found under %s; generating it now (%s)", self.task_dir,
+                 self.rebuild_command())
+        generator.generate(self.root, **self.generate_options(), log=log.info)
+
+
+class LitModule(ClassificationModule):
+    """ListOps uses the shared single-sequence classifier unchanged."""

@@ -1,0 +1,95 @@
+"""Build, fit and test one run from a resolved config; write its ``result.json``."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
+from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
+
+from .errors import UserError
+from .record import git_sha, package_versions, write_json_atomic
+
+log = logging.getLogger(__name__)
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+TASKS_DIR = Path(__file__).resolve().parent / "tasks"
+
+
+def task_module(name: str):
+    """``lra.tasks.<name>``, which defines ``DataModule`` and ``LitModule``."""
+    valid = sorted(p.stem for p in TASKS_DIR.glob("*.py") if not p.stem.startswith("_"))
+    if name not in valid:
+        raise UserError(f"unknown task {name!r}; valid tasks: {', '.join(valid)}")
+    return importlib.import_module(f"lra.tasks.{name}")
+
+
+def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """Train with checkpoints on validation accuracy, test the best checkpoint; return record fields."""
+    pl.seed_everything(cfg["seed"], workers=True)
+    tasks = task_module(cfg["task"]["name"])
+    datamodule = tasks.DataModule(cfg)
+    datamodule.prepare_data()
+    datamodule.setup()
+    model = tasks.LitModule(cfg, datamodule.vocab_size, datamodule.num_classes)
+    ckpt_dir = run_dir / "checkpoints"
+    checkpoint = ModelCheckpoint(dirpath=ckpt_dir, monitor="val/acc", mode="max", save_top_k=1,
+                                 filename="best-step{step}", auto_insert_metric_name=False,
+                                 save_last=cfg["checkpoint"]["save_last"])
+    loggers = [TensorBoardLogger(run_dir, name="tensorboard", version=""),
+               CSVLogger(run_dir, name="csv", version="")]
+    trainer = pl.Trainer(**cfg["trainer"], callbacks=[checkpoint, LearningRateMonitor("step")],
+                         logger=loggers, default_root_dir=run_dir)
+    resume = ckpt_dir / "last.ckpt"
+    resume_path = str(resume) if resume.exists() and not trainer.fast_dev_run else None
+    if resume_path:
+        log.info("resuming from %s", resume_path)
+    start = time.perf_counter()
+    trainer.fit(model, datamodule=datamodule, ckpt_path=resume_path, weights_only=True)
+    fit_time = time.perf_counter() - start
+    best = checkpoint.best_model_path or None
+    val_acc = checkpoint.best_model_score if best else trainer.callback_metrics.get("val/acc")
+    tested = trainer.test(model, datamodule=datamodule, ckpt_path=best, weights_only=True)[0]
+    return {
+        "metrics": {
+            "val_acc": None if val_acc is None else float(val_acc),
+            "test_acc": float(tested["test/acc"]),
+            "test_loss": float(tested["test/loss"]),
+            "majority_acc": datamodule.majority_acc(),
+        },
+        "params": sum(p.numel() for p in model.parameters()),
+        "tokens_per_s": model.train_tokens / fit_time if fit_time > 0 else None,
+        "best_checkpoint": best,
+        "steps": trainer.global_step,
+    }
+
+
+def run(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """One run: the record is written atomically whether it completes or fails."""
+    record: dict[str, Any] = {
+        "task": cfg["task"]["name"], "attention": cfg["attention"]["name"], "seed": cfg["seed"],
+        "tag": cfg.get("tag"), "status": "failed", "error": None, "metrics": {}, "config": cfg,
+        "git_sha": git_sha(PROJECT_ROOT), "versions": package_versions(), "run_dir": str(run_dir),
+        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    start = time.perf_counter()
+    try:
+        record.update(fit_and_test(cfg, run_dir))
+        record["status"] = "completed"
+    except UserError as err:
+        record["error"] = str(err)
+        raise
+    except BaseException as err:
+        record["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
+        raise
+    finally:
+        record["wall_time_s"] = time.perf_counter() - start
+        record["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        write_json_atomic(run_dir / "result.json", record)
+    return record

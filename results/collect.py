@@ -1,0 +1,187 @@
+"""Find every run's `result.json` and turn them into one long table (one row per run x metric)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
+CLASSIC_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
+RECORD_NAME = "result.json"
+UNTAGGED = "untagged"
+COLUMNS = [
+    "task", "attention", "seed", "tag", "status", "metric", "value",
+    "git_sha", "wall_time_s", "params", "tokens_per_s", "path",
+]
+REQUIRED = ("task", "attention", "seed", "status")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A record that is not averaged: unreadable, failed, superseded or lacking a value.
+
+    `kind` is one of "malformed", "failed", "duplicate", "missing test_acc", "bad value";
+    `tag` and `run` ("task/attention/seed N") are None/"" when the record could not be read.
+    """
+
+    path: str
+    kind: str
+    message: str
+    tag: str | None = None
+    run: str = ""
+
+
+class MalformedRecord(ValueError):
+    """Raised for a `result.json` that is not valid JSON or lacks a required field."""
+
+
+def find_records(roots: list[str | Path]) -> list[Path]:
+    """Sorted `result.json` paths under `roots`, each once; a root that is a file counts as itself."""
+    found: dict[Path, Path] = {}
+    for root in map(Path, roots):
+        if root.is_file():
+            found.setdefault(root.resolve(), root)
+        elif root.is_dir():
+            for dirpath, _, filenames in os.walk(root):
+                if RECORD_NAME in filenames:
+                    path = Path(dirpath) / RECORD_NAME
+                    found.setdefault(path.resolve(), path)
+    return sorted(found.values())
+
+
+def read_record(path: Path) -> dict:
+    """Load one record and check its required fields; raise MalformedRecord otherwise."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise MalformedRecord(f"unreadable JSON: {err}") from err
+    if not isinstance(record, dict):
+        raise MalformedRecord(f"top level is {type(record).__name__}, expected an object")
+    absent = [key for key in REQUIRED if record.get(key) in (None, "")]
+    if absent:
+        raise MalformedRecord(f"missing field(s): {', '.join(absent)}")
+    try:
+        record["seed"] = int(record["seed"])
+    except (TypeError, ValueError) as err:
+        raise MalformedRecord(f"seed is not an integer: {record['seed']!r}") from err
+    if not isinstance(record.get("metrics") or {}, dict):
+        raise MalformedRecord("metrics is not an object")
+    return record
+
+
+def record_tag(record: dict) -> str:
+    """The run's tag (top level, else `config.tag`), or "untagged"."""
+    config = record.get("config") if isinstance(record.get("config"), dict) else {}
+    tag = record.get("tag") or config.get("tag")
+    return str(tag) if tag not in (None, "") else UNTAGGED
+
+
+def first_line(text: object, limit: int = 200) -> str:
+    """First non-empty line of an error message, cut to `limit` characters."""
+    lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
+    line = lines[0] if lines else "(no error message)"
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def clean_metrics(metrics: dict) -> tuple[dict[str, float], list[str]]:
+    """Split metrics into (finite numbers kept, complaints); `*_acc` must be a fraction in [0, 1]."""
+    kept, complaints = {}, []
+    for name, value in metrics.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            complaints.append(f"{name}={value!r} is not a finite number")
+        elif name.endswith("_acc") and not 0.0 <= value <= 1.0:
+            complaints.append(f"{name}={value!r} is not a fraction in [0, 1]")
+        else:
+            kept[name] = float(value)
+    return kept, complaints
+
+
+def run_label(run: dict) -> str:
+    """Short run name for problem lists, e.g. "listops/softmax/seed 0"."""
+    return f"{run['task']}/{run['attention']}/seed {run['seed']}"
+
+
+def parse_run(path: Path, record: dict) -> tuple[dict, list[Problem]]:
+    """Turn a checked record into a run dict (fields + cleaned metrics) and its problems."""
+    run = {
+        "task": str(record["task"]), "attention": str(record["attention"]), "seed": record["seed"],
+        "tag": record_tag(record), "status": str(record["status"]),
+        "git_sha": record.get("git_sha"), "wall_time_s": record.get("wall_time_s"),
+        "params": record.get("params"), "tokens_per_s": record.get("tokens_per_s"),
+        "path": path.as_posix(), "finished_at": str(record.get("finished_at") or ""),
+    }
+    run["metrics"], complaints = clean_metrics(record.get("metrics") or {})
+    label, tag, where = run_label(run), run["tag"], run["path"]
+    problems = [Problem(where, "bad value", text, tag, label) for text in complaints]
+    if run["status"] != "completed":
+        message = first_line(record.get("error")) if record.get("error") else f"status {run['status']!r}"
+        problems.append(Problem(where, "failed", message, tag, label))
+    elif "test_acc" not in run["metrics"]:
+        message = "completed run without a usable test_acc"
+        problems.append(Problem(where, "missing test_acc", message, tag, label))
+    return run, problems
+
+
+def mark_duplicates(runs: list[dict]) -> list[Problem]:
+    """Keep the newest completed run per (tag, task, attention, seed); mark the others "superseded"."""
+    newest: dict[tuple, dict] = {}
+    for run in sorted(runs, key=lambda r: (r["finished_at"], r["path"])):
+        if run["status"] != "completed":
+            continue
+        key = (run["tag"], run["task"], run["attention"], run["seed"])
+        if key in newest:
+            newest[key]["status"] = "superseded"
+        newest[key] = run
+    problems = []
+    for run in runs:
+        if run["status"] == "superseded":
+            kept = newest[(run["tag"], run["task"], run["attention"], run["seed"])]["path"]
+            message = f"same tag/task/attention/seed as newer `{kept}`"
+            problems.append(Problem(run["path"], "duplicate", message, run["tag"], run_label(run)))
+    return problems
+
+
+def to_long(runs: list[dict]) -> pd.DataFrame:
+    """One row per run x metric; a run without metrics keeps one row with an empty metric."""
+    rows = []
+    for run in runs:
+        fields = {key: run[key] for key in COLUMNS if key not in ("metric", "value")}
+        for name, value in sorted(run["metrics"].items()) or [(None, math.nan)]:
+            rows.append({**fields, "metric": name, "value": value})
+    long = pd.DataFrame(rows, columns=COLUMNS)
+    long["seed"] = long["seed"].astype("int64")
+    long["value"] = long["value"].astype("float64")
+    long["params"] = pd.to_numeric(long["params"], errors="coerce").astype("Int64")
+    for column in ("wall_time_s", "tokens_per_s"):
+        long[column] = pd.to_numeric(long[column], errors="coerce")
+    order = {task: i for i, task in enumerate(TASKS)}
+    long = long.assign(_order=long["task"].map(order).fillna(len(TASKS)))
+    long = long.sort_values(["tag", "_order", "task", "attention", "seed", "path", "metric"], kind="stable")
+    return long.drop(columns="_order").reset_index(drop=True)
+
+
+def collect(roots: list[str | Path]) -> tuple[pd.DataFrame, list[Problem]]:
+    """Read every `result.json` under `roots`.
+
+    Returns the long table (columns `COLUMNS`, accuracies as fractions) and the problems: malformed files,
+    failed runs, superseded duplicates, completed runs without test_acc and rejected metric values.
+    Only rows with status "completed" are meant to be averaged.
+    """
+    paths = find_records(roots)
+    runs, problems = [], []
+    for path in paths:
+        try:
+            record = read_record(path)
+        except MalformedRecord as err:
+            problems.append(Problem(path.as_posix(), "malformed", str(err)))
+            continue
+        run, found = parse_run(path, record)
+        runs.append(run)
+        problems.extend(found)
+    problems.extend(mark_duplicates(runs))
+    return to_long(runs), problems

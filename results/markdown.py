@@ -1,0 +1,137 @@
+"""Render the summary, published numbers and problem list as markdown (no `tabulate` needed)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from results.collect import CLASSIC_TASKS, UNTAGGED, Problem
+from results.summary import AVERAGE, MAJORITY
+
+DEFAULT_TAG = "default"
+PAPER = " (paper)"
+
+
+def format_cell(mean, std=math.nan, n=None) -> str:
+    """"48.20 ± 0.57 (n=2)"; one seed gives "48.20 (n=1)"; no n gives "48.20"; NaN gives ""."""
+    if pd.isna(mean):
+        return ""
+    text = f"{mean:.2f}"
+    if not pd.isna(std):
+        text += f" ± {std:.2f}"
+    if n is not None and not pd.isna(n):
+        text += f" (n={int(n)})"
+    return text
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A padded pipe table; first column left-aligned, the others right-aligned."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(cells):
+        pairs = enumerate(zip(cells, widths, strict=True))
+        padded = [cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in pairs]
+        return "| " + " | ".join(padded) + " |"
+    rule = "|" + "|".join(("-" * (w + 1) + ":") if i else ("-" * (w + 2)) for i, w in enumerate(widths)) + "|"
+    return "\n".join([line(header), rule, *(line(row) for row in rows)])
+
+
+def shown_tasks(summary: pd.DataFrame, reference: pd.DataFrame) -> list[str]:
+    """Tasks with a value of ours or a published one, in summary column order."""
+    tasks = [column[: -len("_mean")] for column in summary.columns if column.endswith("_mean")]
+    return [
+        task for task in tasks
+        if task != AVERAGE and (task in reference.columns or summary[f"{task}_mean"].notna().any())
+    ]
+
+
+def tag_table(summary: pd.DataFrame, reference: pd.DataFrame) -> str:
+    """One tag's table: ours beside the paper per task, rows = published methods then our others."""
+    tasks = shown_tasks(summary, reference)
+    ours = summary[summary["attention"] != MAJORITY].set_index("attention")
+    majority = summary[summary["attention"] == MAJORITY]
+    header = ["attention"]
+    for task in [*tasks, AVERAGE]:
+        header += [task] + ([task + PAPER] if task in reference.columns else [])
+    attentions = list(reference.index) + sorted(set(ours.index) - set(reference.index))
+    rows = []
+    for attention in attentions:
+        row = [attention]
+        for task in [*tasks, AVERAGE]:
+            if attention in ours.index:
+                mine = ours.loc[attention]
+                n = None if task == AVERAGE else mine[f"{task}_n"]
+                row.append(format_cell(mine[f"{task}_mean"], mine[f"{task}_std"], n))
+            else:
+                row.append("")
+            if task in reference.columns:
+                published = reference[task].get(attention, math.nan)
+                row.append(format_cell(published))
+        rows.append(row)
+    if not majority.empty:
+        first = majority.iloc[0]
+        row = ["majority class"]
+        for task in [*tasks, AVERAGE]:
+            row.append(format_cell(first[f"{task}_mean"]))
+            if task in reference.columns:
+                row.append("")
+        rows.append(row)
+    return markdown_table(header, rows)
+
+
+def problem_lines(problems: list[Problem]) -> list[str]:
+    """Bullet lines: kind, path, run and message."""
+    lines = []
+    for problem in problems:
+        run = f" ({problem.run})" if problem.run else ""
+        lines.append(f"- {problem.kind}: `{problem.path}`{run}: {problem.message}")
+    return lines
+
+
+def reading_notes(reference: pd.DataFrame) -> str:
+    """How to read every table, printed once under the title."""
+    classic = ", ".join(CLASSIC_TASKS)
+    lines = [
+        "Ours: test accuracy (%) of the best-validation checkpoint, mean ± sample std (ddof=1) over seeds "
+        "of completed runs, n = seeds; a single seed shows no ±. Blank = no run, never zero.",
+        f"`{AVERAGE}` = mean of the {classic} means, only when all five are present.",
+        "`majority class` = accuracy of always predicting the test set's most frequent class.",
+        "Text (IMDB) has no validation split: the checkpoint is chosen on a held-out slice of train.",
+        f"`(paper)`: {(reference.attrs.get('source') or 'published numbers').rstrip('.')}.",
+        "Runs with different `tag`s are never averaged together: each tag has its own section.",
+    ]
+    return "\n".join(f"- {line}" for line in lines)
+
+
+def tag_notes(tag: str, summary: pd.DataFrame) -> list[str]:
+    """Under one tag's table: a warning unless it is the full protocol, and the classic tasks not run."""
+    lines = []
+    if tag != DEFAULT_TAG:
+        tagged = "carry no `tag`" if tag == UNTAGGED else f"are tagged `{tag}`, not `{DEFAULT_TAG}`"
+        lines.append(f"**Not comparable:** these runs {tagged}; the published columns are the full protocol.")
+    for _, row in summary[summary["attention"] != MAJORITY].iterrows():
+        absent = [task for task in CLASSIC_TASKS if pd.isna(row[f"{task}_mean"])]
+        if absent:
+            lines.append(f"Missing for `{row['attention']}` (no completed run): {', '.join(absent)}.")
+    return lines
+
+
+def to_markdown(summary: pd.DataFrame, problems: list[Problem], reference: pd.DataFrame) -> str:
+    """The whole `lra.md`: one section per tag (table, notes, runs not averaged), then unreadable records."""
+    found = set(summary["tag"]) | {p.tag for p in problems if p.tag is not None}
+    tags = sorted(found, key=lambda tag: (tag != DEFAULT_TAG, tag))
+    parts = ["# Long Range Arena: test accuracy (%)", reading_notes(reference)]
+    for tag in tags:
+        mine = summary[summary["tag"] == tag]
+        parts += [f"## tag `{tag}`", tag_table(mine, reference)]
+        notes = tag_notes(tag, mine)
+        if notes:
+            parts.append("\n".join(f"- {line}" for line in notes))
+        skipped = [p for p in problems if p.tag == tag]
+        if skipped:
+            parts.append(f"Not averaged ({len(skipped)}):\n\n" + "\n".join(problem_lines(skipped)))
+    unreadable = [p for p in problems if p.tag is None]
+    if unreadable:
+        parts += [f"## Unreadable records ({len(unreadable)})", "\n".join(problem_lines(unreadable))]
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,74 @@
+"""Pivot the long table into attention x task summaries, and load published reference tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from results.collect import CLASSIC_TASKS, TASKS
+
+REFERENCE_DIR = Path(__file__).parent / "reference"
+MAJORITY = "(majority class)"
+AVERAGE = "average"
+STATS = ("mean", "std", "n")
+
+
+def task_order(tasks) -> list[str]:
+    """The six LRA tasks in protocol order, then any other task names found, sorted."""
+    return list(TASKS) + sorted(set(tasks) - set(TASKS))
+
+
+def cell_stats(values: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Mean, sample std (ddof=1; NaN when n == 1) and n of `value` per `keys`."""
+    grouped = values.groupby(keys, sort=True)["value"]
+    return grouped.agg(mean="mean", std=lambda s: s.std(ddof=1), n="count").reset_index()
+
+
+def summarize(long: pd.DataFrame) -> pd.DataFrame:
+    """Wide summary, one row per (tag, attention): `<task>_mean`, `<task>_std`, `<task>_n` in percent.
+
+    Only completed runs count; each cell is test accuracy over seeds. Every LRA task has its three
+    columns (NaN/blank when no run), so the csv layout is stable. `average_mean` is the mean of the
+    five classic task means, only when all five are present; `average_n` is their smallest n and
+    `average_std` is left blank. A `(majority class)` row per tag holds the mean majority-class accuracy.
+    """
+    done = long[long["status"] == "completed"].assign(value=lambda d: d["value"] * 100.0)
+    ours = cell_stats(done[done["metric"] == "test_acc"], ["tag", "attention", "task"])
+    majority = cell_stats(done[done["metric"] == "majority_acc"], ["tag", "task"]).assign(attention=MAJORITY)
+    cells = pd.concat([ours, majority], ignore_index=True)
+    tasks = task_order(long["task"].unique())
+    columns = [f"{task}_{stat}" for task in tasks for stat in STATS]
+    if cells.empty:
+        wide = pd.DataFrame(columns=["tag", "attention", *columns])
+    else:
+        wide = cells.pivot(index=["tag", "attention"], columns="task", values=list(STATS))
+        wide.columns = [f"{task}_{stat}" for stat, task in wide.columns]
+        wide = wide.reindex(columns=columns).reset_index()
+    for task in tasks:
+        wide[f"{task}_mean"] = wide[f"{task}_mean"].astype("float64")
+        wide[f"{task}_std"] = wide[f"{task}_std"].astype("float64")
+        wide[f"{task}_n"] = wide[f"{task}_n"].astype("Int64")
+    classic_means = wide[[f"{task}_mean" for task in CLASSIC_TASKS]]
+    complete = classic_means.notna().all(axis=1)
+    wide["average_mean"] = classic_means.mean(axis=1).where(complete)
+    wide["average_std"] = np.nan
+    classic_n = wide[[f"{task}_n" for task in CLASSIC_TASKS]]
+    wide["average_n"] = classic_n.min(axis=1).where(complete).astype("Int64")
+    is_majority = wide["attention"] == MAJORITY
+    wide = wide.assign(_last=is_majority).sort_values(["tag", "_last", "attention"], kind="stable")
+    return wide.drop(columns="_last").reset_index(drop=True)
+
+
+def load_reference(name: str = "lra_llops_table") -> pd.DataFrame:
+    """Published table `results/reference/<name>.csv`, indexed by method, values in percent.
+
+    The csv's leading `#` line (its source) is kept in `frame.attrs["source"]`.
+    """
+    path = REFERENCE_DIR / f"{name}.csv"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    source = " ".join(line.lstrip("# ").strip() for line in lines if line.startswith("#"))
+    frame = pd.read_csv(path, comment="#").set_index("method")
+    frame.attrs["source"] = source
+    return frame

@@ -1,0 +1,41 @@
+"""Train and test one LRA model: ``python run.py task=listops attention=llops [experiment=quick]``.
+
+Hydra composes ``conf/``; ``-m`` sweeps (``task=listops,text attention=llops,based seed=0,1,2``).
+Each run writes ``result.json`` in ``outputs/<task>/<attention>/seed<seed>/<tag>/``;
+``python -m results`` tabulates them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from lra.errors import UserError
+from lra.train import run
+
+log = logging.getLogger("run")
+
+
+@hydra.main(config_path="conf", config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> float | None:
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        record = run(OmegaConf.to_container(cfg, resolve=True), run_dir)
+    except UserError as err:
+        log.error("%s", err)
+        print(f"\nerror: {err}", file=sys.stderr)
+        sys.exit(2)
+    m = record["metrics"]
+    print(f"\n{record['task']} / {record['attention']} / seed {record['seed']}: "
+          f"val_acc={m['val_acc']:.4f} test_acc={m['test_acc']:.4f} majority_acc={m['majority_acc']:.4f} "
+          f"({record['wall_time_s']:.0f} s)\nrecord: {run_dir / 'result.json'}")
+    return m["val_acc"]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""Every config composes, resolves, and builds its attention; bad choices list the valid ones."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+import attention_zoo
+from lra.module import attention_factory
+from tests.lra.conftest import CONF, compose_config
+
+TASKS = sorted(p.stem for p in (CONF / "task").glob("*.yaml"))
+ATTENTIONS = sorted(p.stem for p in (CONF / "attention").glob("*.yaml"))
+TRAINERS = sorted(p.stem for p in (CONF / "trainer").glob("*.yaml"))
+EXPERIMENTS = [None, *sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))]
+
+
+def test_every_attention_has_a_config_and_vice_versa():
+    assert ATTENTIONS == attention_zoo.available()
+
+
+@pytest.mark.parametrize("task,experiment", list(itertools.product(TASKS, EXPERIMENTS)))
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_task_experiment_trainer_compose(task, experiment, trainer):
+    overrides = [f"task={task}", f"trainer={trainer}"] + ([f"experiment={experiment}"] if experiment else [])
+    cfg = compose_config(overrides)
+    assert cfg["task"]["name"] == task
+    assert cfg["trainer"]["max_steps"] == cfg["task"]["max_steps"]
+
+
+@pytest.mark.parametrize("attention", ATTENTIONS)
+def test_attention_configs_build(attention):
+    cfg = compose_config([f"attention={attention}"])
+    assert cfg["attention"]["name"] == attention
+    build = attention_factory(cfg, cfg["task"]["max_len"])
+    assert build() is not build()  # a fresh module per block
+
+
+def test_quick_preset_shortens_listops():
+    full, quick = compose_config([]), compose_config(["experiment=quick"])
+    assert quick["tag"] == "quick" and full["tag"] == "default"
+    assert quick["task"]["max_steps"] < full["task"]["max_steps"]
+    assert quick["task"]["data"]["generate"]["max_length"] < full["task"]["data"]["generate"]["max_length"]
+    assert quick["task"]["data"]["root"] != full["task"]["data"]["root"]

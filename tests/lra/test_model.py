@@ -1,0 +1,48 @@
+"""The encoder: pooling over real tokens only, padding invariance end to end, the LR schedule."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lra.model import Encoder, masked_mean
+from lra.module import attention_factory, warmup_linear_decay
+from tests.conftest import assert_close
+from tests.lra.conftest import compose_config
+
+
+def test_masked_mean_ignores_padding():
+    x = torch.randn(2, 5, 3)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    assert_close(x[0, :3].mean(0), masked_mean(x, mask)[0], ratio=1e-6)
+    assert_close(x[1].mean(0), masked_mean(x, mask)[1], ratio=1e-6)
+
+
+@pytest.mark.parametrize("attention", ["softmax", "linear", "based", "llops"])
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_encoder_output_does_not_depend_on_padding(attention, pooling):
+    cfg = compose_config([f"attention={attention}", "model.dim=32"])
+    torch.manual_seed(0)
+    enc = Encoder(vocab_size=16, max_len=64, dim=32, depth=2, num_heads=2, ffn_dim=64, dropout=0.1,
+                  make_attention=attention_factory(cfg, 64), pooling=pooling).eval()
+    tokens = torch.randint(1, 16, (1, 20))
+    alone = enc(tokens, torch.tensor([20]))
+    padded = torch.cat([tokens, torch.randint(0, 16, (1, 25))], dim=1)  # garbage after the real tokens
+    batched = enc(padded, torch.tensor([20]))
+    assert_close(alone, batched, ratio=1e-5, what=attention)
+
+
+def test_pad_token_zero_is_a_real_token_when_inside_the_length():
+    """Masks come from lengths, not token values: id 0 inside the length changes the output."""
+    cfg = compose_config(["model.dim=32"])
+    enc = Encoder(vocab_size=16, max_len=64, dim=32, depth=1, num_heads=2, ffn_dim=64, dropout=0.0,
+                  make_attention=attention_factory(cfg, 64)).eval()
+    tokens = torch.tensor([[3, 4, 0, 0]])
+    assert not torch.allclose(enc(tokens, torch.tensor([2])), enc(tokens, torch.tensor([4])))
+
+
+def test_warmup_then_linear_decay():
+    values = [warmup_linear_decay(s, warmup=10, total=110) for s in range(0, 111)]
+    assert values[0] == pytest.approx(0.1) and values[9] == pytest.approx(1.0)
+    assert values[10] == pytest.approx(1.0) and values[60] == pytest.approx(0.5) and values[110] == 0.0
+    assert all(a >= b for a, b in zip(values[10:], values[11:]))

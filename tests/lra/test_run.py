@@ -1,0 +1,93 @@
+"""End to end: ``lra.train.run`` per attention, ``run.py`` as a user calls it, multirun, user errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import attention_zoo
+from lra.train import run
+from tests.lra.conftest import ROOT, TINY, compose_config
+
+
+def run_py(*args: str, cwd) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("attention", attention_zoo.available())
+def test_fast_dev_run_per_attention(attention, tiny_overrides, tmp_path):
+    cfg = compose_config([f"attention={attention}", "trainer=debug", *tiny_overrides])
+    record = run(cfg, tmp_path)
+    saved = json.loads((tmp_path / "result.json").read_text())
+    assert saved["status"] == record["status"] == "completed"
+    assert saved["attention"] == attention and saved["task"] == "listops"
+    assert 0.0 <= saved["metrics"]["test_acc"] <= 1.0 and 0.0 < saved["metrics"]["majority_acc"] < 1.0
+    assert saved["params"] > 0 and saved["config"]["attention"]["name"] == attention
+
+
+def test_training_checkpoints_best_validation_and_tests_it(tiny_overrides, tmp_path):
+    cfg = compose_config(["attention=linear", "task.max_steps=8", "task.eval_every=4", *tiny_overrides])
+    record = run(cfg, tmp_path)
+    assert record["steps"] == 8
+    best = record["best_checkpoint"]
+    assert best and os.path.exists(best) and (tmp_path / "checkpoints" / "last.ckpt").exists()
+    log = (tmp_path / "csv" / "metrics.csv").read_text().splitlines()
+    header = log[0].split(",")
+    vals = [float(row.split(",")[header.index("val/acc")]) for row in log[1:]
+            if row.split(",")[header.index("val/acc")]]
+    assert len(vals) == 2 and record["metrics"]["val_acc"] == pytest.approx(max(vals))
+    assert (tmp_path / "tensorboard").is_dir()
+    assert record["tokens_per_s"] > 0 and record["wall_time_s"] > 0
+
+
+def test_failed_run_leaves_a_failed_record(tiny_overrides, tmp_path):
+    cfg = compose_config(["attention=softmax", "trainer=debug", "model.heads=3", *tiny_overrides])
+    with pytest.raises(ValueError, match="not divisible by 3 heads"):
+        run(cfg, tmp_path)
+    saved = json.loads((tmp_path / "result.json").read_text())
+    assert saved["status"] == "failed" and "not divisible" in saved["error"]
+
+
+def test_run_py_quick_command_and_two_job_multirun(tiny_data_dir, tmp_path):
+    common = ["experiment=quick", "trainer=debug", f"data_dir={tiny_data_dir}", *TINY]
+    single = run_py("attention=llops", *common, f"hydra.run.dir={tmp_path / 'single'}", cwd=tmp_path)
+    assert single.returncode == 0, single.stderr[-2000:]
+    assert "test_acc=" in single.stdout and (tmp_path / "single" / "result.json").exists()
+    multi = run_py("-m", "attention=softmax,linear", *common, f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                   cwd=tmp_path)
+    assert multi.returncode == 0, multi.stderr[-2000:]
+    records = sorted((tmp_path / "sweep").rglob("result.json"))
+    assert [json.loads(p.read_text())["attention"] for p in records] == ["linear", "softmax"]
+    assert all("seed0/quick" in str(p) for p in records)
+
+
+@pytest.mark.parametrize("override,expected", [
+    ("attention=nope", "Available options in 'attention'"),
+    ("task=nope", "Available options in 'task'"),
+    ("+attention.degre=3", "valid options: degree=4"),
+])
+def test_user_errors_are_one_clear_message(override, expected, tmp_path):
+    result = run_py("attention=llops", override, "trainer=debug", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+    assert result.returncode != 0
+    assert expected in result.stderr + result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_corrupt_data_names_the_file_and_the_rebuild_command(tiny_data_dir, tmp_path):
+    data = tmp_path / "data"
+    common = ["experiment=quick", "trainer=debug", f"data_dir={data}", *TINY, f"hydra.run.dir={tmp_path / 'r'}"]
+    assert run_py("attention=linear", *common, cwd=tmp_path).returncode == 0
+    train = data / "quick" / "listops" / "train.npz"
+    blob = bytearray(train.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    train.write_bytes(bytes(blob))
+    result = run_py("attention=linear", *common, cwd=tmp_path)
+    assert result.returncode == 2
+    assert str(train) in result.stderr and "python -m data_prep listops" in result.stderr
+    assert "Traceback" not in result.stderr
