@@ -1,0 +1,117 @@
+"""ListOps tokens and the published TSV form (LRA ``basic_{train,val,test}.tsv``, ``to_string``).
+
+Token ids index VOCAB (parentheses dropped); the TSV ``Source`` is the left-nested pair form, e.g.
+``( ( ( [MAX 2 ) 9 ) ] )`` for MAX(2, 9), with header ``Source<TAB>Target`` and CRLF lines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from data_prep.compact import atomic_output, fail
+
+OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
+VOCAB = ("<pad>", *(str(d) for d in range(10)), *OPERATORS, "]")
+TOKEN_IDS = {word: i for i, word in enumerate(VOCAB) if i}  # "<pad>" never appears in a source string
+DIGIT_ID, OP_ID, END_ID = TOKEN_IDS["0"], TOKEN_IDS[OPERATORS[0]], TOKEN_IDS["]"]
+TSV_HEADER = "Source\tTarget"
+TSV_NEWLINE = "\r\n"  # the published files come from csv.writer, whose line terminator is CRLF
+
+
+def source_strings(tokens: np.ndarray, offsets: np.ndarray) -> list[str]:
+    """The published parenthesised form (LRA ``to_string``) of each sequence of token ids."""
+    tokens = np.asarray(tokens, np.int64)
+    is_op = (tokens >= OP_ID) & (tokens < END_ID)
+    is_end = tokens == END_ID
+    step = is_op.astype(np.int64) - is_end
+    depth_after = np.cumsum(step)
+    if np.any(np.diff(offsets) < 1) or np.any(depth_after[offsets[1:] - 1] != 0) or np.any(depth_after < 0):
+        raise ValueError("token ids do not form complete ListOps trees")
+    depth_before = depth_after - step
+    is_arg = ~is_end & (depth_before > 0)
+    arity = np.zeros(tokens.size, np.int64)
+    for depth in np.unique(depth_before[is_arg]):
+        # an argument belongs to the latest operator that opened the depth it sits at
+        ops_here = np.flatnonzero(is_op & (depth_after == depth))
+        args_here = np.flatnonzero(is_arg & (depth_before == depth))
+        arity[ops_here] = np.diff(np.append(np.searchsorted(args_here, ops_here), args_here.size))
+    opens = np.where(is_op, arity + 1, 0)
+    # ")" closes every argument's pair; "]" also closes its own pair
+    closes = is_end.astype(np.int64) + (~is_op & (depth_after > 0))
+    width = int(opens.max(initial=0)) + 1
+    table = np.array(
+        [("( " * o + VOCAB[t] + " )" * c) for c in range(3) for o in range(width) for t in range(len(VOCAB))],
+        dtype=object,
+    )
+    pieces = table[tokens + len(VOCAB) * (opens + width * closes)]
+    return [
+        " ".join(pieces[a:b].tolist())
+        for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)
+    ]
+
+
+def tokenize(source: str) -> list[int]:
+    """Token ids of a TSV ``Source`` string; raises ValueError on an unknown token."""
+    try:
+        return [TOKEN_IDS[word] for word in source.split() if word != "(" and word != ")"]
+    except KeyError as e:
+        raise ValueError(f"unknown token {e.args[0]!r}") from None
+
+
+def evaluate(source: str) -> int:
+    """Value of a ListOps expression given as a TSV ``Source`` string."""
+    stack: list[list[int]] = [[]]
+    for token in tokenize(source):
+        if token == END_ID:
+            op, *args = stack.pop()
+            ordered = sorted(args)
+            mid = (ordered[(len(args) - 1) // 2] + ordered[len(args) // 2]) // 2
+            stack[-1].append((min(args), max(args), mid, sum(args) % 10)[op - OP_ID])
+        elif token >= OP_ID:
+            stack.append([token])
+        else:
+            stack[-1].append(token - DIGIT_ID)
+    if len(stack) != 1 or len(stack[0]) != 1:
+        raise ValueError("not a single complete ListOps expression")
+    return stack[0][0]
+
+
+def write_tsv(
+    path: Path, tokens: np.ndarray, offsets: np.ndarray, labels: np.ndarray, chunk: int = 2048
+) -> None:
+    """Write sequences in the published TSV layout (header, ``Source<TAB>Target``, CRLF lines)."""
+    with atomic_output(path, "w") as f:
+        f.write(TSV_HEADER + TSV_NEWLINE)
+        for a in range(0, labels.size, chunk):
+            b = min(a + chunk, labels.size)
+            part = source_strings(tokens[offsets[a] : offsets[b]], offsets[a : b + 1] - offsets[a])
+            f.writelines(f"{s}\t{y}{TSV_NEWLINE}" for s, y in zip(part, labels[a:b].tolist(), strict=True))
+
+
+def read_tsv(path: Path, rebuild_cmd: str) -> tuple[list[np.ndarray], np.ndarray]:
+    """Token-id sequences and labels of an official ListOps TSV; a bad line raises DataError."""
+    sequences, labels = [], []
+    with open(path, encoding="utf-8", newline="") as f:
+        if f.readline().rstrip("\r\n") != TSV_HEADER:
+            raise fail(path, f"line 1: header is not {TSV_HEADER!r}", rebuild_cmd)
+        for line_no, line in enumerate(f, start=2):
+            line = line.rstrip("\r\n")
+            if not line:
+                continue
+            fields = line.split("\t")
+            if len(fields) != 2 or fields[1] not in VOCAB[DIGIT_ID : DIGIT_ID + 10]:
+                raise fail(path, f"line {line_no}: expected 'Source<TAB>Target' with Target 0-9", rebuild_cmd)
+            source = fields[0]
+            if source.count("(") != source.count(")") or source.count("[") != source.count("]"):
+                raise fail(path, f"line {line_no}: unbalanced brackets in Source", rebuild_cmd)
+            try:
+                ids = tokenize(source)
+            except ValueError as e:
+                raise fail(path, f"line {line_no}: {e}", rebuild_cmd) from None
+            if not ids:
+                raise fail(path, f"line {line_no}: empty Source", rebuild_cmd)
+            sequences.append(np.array(ids, np.uint8))
+            labels.append(int(fields[1]))
+    return sequences, np.array(labels, np.int64)
