@@ -1,0 +1,109 @@
+"""FLatten: focused linear attention (Han et al., arXiv 2308.00442), plus a depthwise conv of the values.
+
+Per head, with a learned per-channel ``s`` (init 0) shared by queries and keys:
+
+    x+ = (ReLU(x) + 1e-6) / softplus(s)           f_p(x) = ||x|| * x^p / ||x^p||   (elementwise power)
+    out_i = f_p(q+_i)^T sum_j f_p(k+_j) v_j^T / (f_p(q+_i)^T sum_j f_p(k+_j) + eps) + DWC(v)_i
+
+The focusing function keeps the norm and sharpens the direction; ``DWC`` is a learned depthwise
+convolution of the values along the sequence (kernel 5) that restores feature diversity (rank).
+O(n d^2). Optionally a learned positional table is added to the keys (``key_positions``, needs max_len).
+
+Deviations from LeapLabTHU/FLatten-Transformer (models/flatten_swin.py): ``||x||`` and ``||x^p||`` are
+per head (the reference takes them over all heads' channels at once); ``x^p / ||x^p||`` is computed as
+``y^p / ||y^p||`` with ``y = x / max(x)`` (same value, no underflow of ``x^p`` when ``x`` is small); the
+normaliser is a sum with ``eps`` rather than a mean (same ratio, padding-independent). Causal: the
+convolution is then causal (left padding, sees the current and ``k - 1`` previous values).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ._dwconv import DepthwiseSequenceConv, check_conv_kernel_size, naive_depthwise_sequence_conv
+from .kernel import float32_region, kernel_attention, naive_kernel_attention
+from .registry import register
+
+
+def positive_scaled(x: Tensor, scale: Tensor) -> Tensor:
+    """``(ReLU(x) + 1e-6) / softplus(scale)`` for ``x`` ``(B, H, N, d)``, ``scale`` ``(H, d)``."""
+    return (F.relu(x.float()) + 1e-6) / F.softplus(scale.float())[:, None, :]
+
+
+def focus(x: Tensor, power: float) -> Tensor:
+    """``||x|| x^p / ||x^p||`` over the last dim for positive ``x``; the power is taken on ``x / max(x)``."""
+    norm = x.norm(dim=-1, keepdim=True)
+    y = (x / x.amax(dim=-1, keepdim=True).detach()) ** power  # max entry 1: ||y|| >= 1
+    return norm * y / y.norm(dim=-1, keepdim=True)
+
+
+def naive_flatten(q: Tensor, k: Tensor, v: Tensor, scale: Tensor, conv_weight: Tensor | None,
+                  conv_bias: Tensor | None, key_padding_mask: Tensor | None = None, *,
+                  focusing_factor: float = 3.0, eps: float = 1e-6, causal: bool = False) -> Tensor:
+    """Oracle: explicit weights ``f_p(q+_i) . f_p(k+_j)`` (the paper's formula), normalised, + banded conv."""
+
+    def features(x):
+        x = positive_scaled(x, scale)
+        xp = x**focusing_factor
+        return x.norm(dim=-1, keepdim=True) * xp / xp.norm(dim=-1, keepdim=True)
+
+    out = naive_kernel_attention(features(q), features(k), v.float(), key_padding_mask,
+                                 eps=eps, causal=causal)
+    if conv_weight is not None:
+        out = out + naive_depthwise_sequence_conv(v, conv_weight, conv_bias, key_padding_mask, causal=causal)
+    return out.to(v.dtype)
+
+
+@register("flatten")
+class FocusedLinearAttention(nn.Module):
+    """Focused linear attention with a depthwise value convolution (see module docstring)."""
+
+    supports_causal = True
+
+    def __init__(self, *, head_dim: int, num_heads: int, max_len: int | None = None,
+                 focusing_factor: float = 3.0, kernel_size: int = 5, key_positions: bool = False,
+                 eps: float = 1e-6, causal: bool = False, chunk_size: int = 256):
+        super().__init__()
+        if focusing_factor < 1:
+            raise ValueError(f"flatten focusing_factor must be >= 1, got {focusing_factor}")
+        check_conv_kernel_size("flatten", kernel_size, causal)
+        if key_positions and max_len is None:
+            raise ValueError("flatten key_positions=true needs max_len")
+        self.focusing_factor, self.eps = focusing_factor, eps
+        self.causal, self.chunk_size = causal, chunk_size
+        self.scale = nn.Parameter(torch.zeros(num_heads, head_dim))  # (H, d): softplus(0) = ln 2
+        self.key_positions = None
+        if key_positions:
+            self.key_positions = nn.Parameter(torch.zeros(num_heads, max_len, head_dim))  # (H, max_len, d)
+        self.dwc = DepthwiseSequenceConv(head_dim, kernel_size, causal) if kernel_size else None
+
+    def _keys(self, k: Tensor) -> Tensor:
+        if self.key_positions is None:
+            return k
+        if k.shape[-2] > self.key_positions.shape[1]:
+            raise ValueError(f"flatten key_positions cover {self.key_positions.shape[1]} positions, "
+                             f"got length {k.shape[-2]}")
+        return k.float() + self.key_positions[:, : k.shape[-2]].float()
+
+    def features(self, x: Tensor) -> Tensor:
+        """``f_p(x+)`` ``(B, H, N, d)`` in float32."""
+        with float32_region(x):
+            return focus(positive_scaled(x, self.scale), self.focusing_factor)
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        phi_q, phi_k = self.features(q), self.features(self._keys(k))
+        with float32_region(v):
+            out = kernel_attention(phi_q, phi_k, v.float(), key_padding_mask, eps=self.eps,
+                                   causal=self.causal, chunk_size=self.chunk_size)
+            if self.dwc is not None:
+                out = out + self.dwc(v, key_padding_mask)
+        return out.to(v.dtype)
+
+    def naive(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """The quadratic oracle with this module's parameters."""
+        weight, bias = (None, None) if self.dwc is None else (self.dwc.conv.weight[:, 0], self.dwc.conv.bias)
+        return naive_flatten(q, self._keys(k), v, self.scale, weight, bias, key_padding_mask,
+                             focusing_factor=self.focusing_factor, eps=self.eps, causal=self.causal)
+

@@ -1,0 +1,91 @@
+"""Hedgehog (Zhang et al., arXiv 2402.04347): linear attention with learnable softmax-like feature maps.
+
+Per head, separate maps for queries and keys, each a learned affine map to ``f`` features followed by a
+softmax over the feature dim of both signs ("fullspace", m = 2f):
+
+    phi(x) = [softmax(x W + b), softmax(-(x W + b))]            W (H, d, f), b (H, f)
+    out_i = phi_q(q_i)^T sum_j phi_k(k_j) v_j^T / (phi_q(q_i)^T sum_j phi_k(k_j) + eps)
+
+The maps are spiky (low entropy) and monotonic in ``x W`` like ``exp(q . k)``; the paper trains them by
+distillation, here they are trained end to end (its from-scratch setting). O(n 2f d).
+
+Defaults follow HazyResearch/lolcats (src/model/feature_map.py ``SoftmaxDim``, ``FeatureMapMLP``):
+f = 64, untied q/k maps, Kaiming-uniform ``W``, features clamped at 1e-12, denominator eps 1e-12.
+The bias ``b`` is per head and feature (zero init); lolcats' optional bias is one scalar per head,
+which a softmax cancels. ``init="identity"`` follows fla's HedgehogFeatureMap (``W`` = identity).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from .kernel import float32_region, kernel_attention, naive_kernel_attention
+from .registry import register
+
+INITS = ("kaiming", "identity", "normal")
+
+
+def hedgehog_feature_map(x: Tensor, weight: Tensor, bias: Tensor | None, clamp: float = 1e-12) -> Tensor:
+    """``[softmax(x W + b), softmax(-(x W + b))]``, clamped; ``x`` ``(B, H, N, d)``, ``W`` ``(H, d, f)``."""
+    y = x.float() @ weight.float()  # (B, H, N, f)
+    if bias is not None:
+        y = y + bias.float()[:, None, :]
+    return torch.cat([y.softmax(dim=-1), (-y).softmax(dim=-1)], dim=-1).clamp(min=clamp)
+
+
+def naive_hedgehog(q: Tensor, k: Tensor, v: Tensor, w_q: Tensor, w_k: Tensor, b_q: Tensor | None,
+                   b_k: Tensor | None, key_padding_mask: Tensor | None = None, *, eps: float = 1e-12,
+                   causal: bool = False) -> Tensor:
+    """Oracle: the explicit ``(B, H, N, N)`` weights ``phi_q(q_i) . phi_k(k_j)``, row-normalised."""
+    return naive_kernel_attention(hedgehog_feature_map(q, w_q, b_q), hedgehog_feature_map(k, w_k, b_k), v,
+                                  key_padding_mask, eps=eps, causal=causal)
+
+
+def hedgehog_projection(num_heads: int, head_dim: int, feature_dim: int, init: str) -> Tensor:
+    """An initial ``(H, d, f)`` projection: lolcats' Kaiming uniform, fla's identity, or ``N(0, 1/d)``."""
+    w = torch.empty(num_heads, head_dim, feature_dim)
+    if init == "kaiming":
+        nn.init.kaiming_uniform_(w)
+    elif init == "identity":
+        w.copy_(torch.eye(head_dim, feature_dim).expand_as(w))
+    else:
+        nn.init.normal_(w, std=1 / math.sqrt(head_dim))
+    return w
+
+
+@register("hedgehog")
+class HedgehogAttention(nn.Module):
+    """Linear attention with learned two-sided softmax feature maps (see module docstring)."""
+
+    supports_causal = True
+
+    def __init__(self, *, head_dim: int, num_heads: int, feature_dim: int = 64, bias: bool = True,
+                 init: str = "kaiming", eps: float = 1e-12, causal: bool = False, chunk_size: int = 256):
+        super().__init__()
+        if feature_dim < 1:
+            raise ValueError(f"hedgehog feature_dim must be >= 1, got {feature_dim}")
+        if init not in INITS:
+            raise ValueError(f"hedgehog init must be one of {', '.join(INITS)}; got {init!r}")
+        self.feature_dim, self.eps, self.causal, self.chunk_size = feature_dim, eps, causal, chunk_size
+        self.w_q = nn.Parameter(hedgehog_projection(num_heads, head_dim, feature_dim, init))  # (H, d, f)
+        self.w_k = nn.Parameter(hedgehog_projection(num_heads, head_dim, feature_dim, init))
+        self.b_q = nn.Parameter(torch.zeros(num_heads, feature_dim)) if bias else None  # (H, f)
+        self.b_k = nn.Parameter(torch.zeros(num_heads, feature_dim)) if bias else None
+
+    def features(self, x: Tensor, which: str) -> Tensor:
+        """``phi_q`` or ``phi_k`` (``which`` in {"q", "k"}) of ``x``: ``(B, H, N, 2f)`` in float32."""
+        weight, bias = (self.w_q, self.b_q) if which == "q" else (self.w_k, self.b_k)
+        with float32_region(x):
+            return hedgehog_feature_map(x, weight, bias)
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        return kernel_attention(self.features(q, "q"), self.features(k, "k"), v, key_padding_mask,
+                                eps=self.eps, causal=self.causal, chunk_size=self.chunk_size)
+
+    def naive(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """The quadratic oracle with this module's parameters."""
+        return naive_hedgehog(q, k, v, self.w_q, self.w_k, self.b_q, self.b_k, key_padding_mask,
+                              eps=self.eps, causal=self.causal)
