@@ -59,7 +59,7 @@ class Encoder(nn.Module):
     """Token + learned position embeddings, ``depth`` blocks, final norm, pooled ``(B, dim)`` output."""
 
     def __init__(self, *, vocab_size: int, max_len: int, dim: int, depth: int, num_heads: int,
-                 ffn_dim: int, dropout: float, make_attention: Callable[[], nn.Module],
+                 ffn_dim: int, dropout: float, make_attention: Callable[[int], nn.Module],
                  pooling: str = "mean"):
         super().__init__()
         if pooling not in ("mean", "cls"):
@@ -70,8 +70,8 @@ class Encoder(nn.Module):
         self.cls = nn.Parameter(torch.zeros(1, 1, dim)) if pooling == "cls" else None
         self.dropout = nn.Dropout(dropout)
         self.blocks = nn.ModuleList()
-        for _ in range(depth):
-            self.blocks.append(AttentionBlock(dim, num_heads, make_attention(), dropout))
+        for layer in range(depth):
+            self.blocks.append(AttentionBlock(dim, num_heads, make_attention(layer), dropout))
             self.blocks.append(FeedForward(dim, ffn_dim, dropout))
         self.norm = nn.LayerNorm(dim)
 

@@ -18,17 +18,27 @@ from .model import ClassifierHead, Encoder
 
 
 def attention_factory(cfg: dict[str, Any], max_len: int):
-    """A zero-argument builder of the configured attention; bad names/options become ``UserError``."""
+    """A builder ``make(layer=0)`` of the configured attention; bad names/options become ``UserError``.
+
+    Mechanisms with a ``seed`` option (fixed random features) get a distinct seed per layer and per run
+    seed, as PolySketchFormer folds the layer index into its sketch key.
+    """
     opts = dict(cfg["attention"])
     name = opts.pop("name")
     model = cfg["model"]
-    build = partial(attention_zoo.build, name, head_dim=model["dim"] // model["heads"],
-                    num_heads=model["heads"], max_len=max_len, **opts)
+    seeded = "seed" in attention_zoo.options(name) if name in attention_zoo.available() else False
+    base_seed = int(opts.pop("seed", 0)) if seeded else 0
+
+    def make(layer: int = 0) -> nn.Module:
+        extra = {"seed": base_seed + 1000 * int(cfg.get("seed", 0)) + layer} if seeded else {}
+        return attention_zoo.build(name, head_dim=model["dim"] // model["heads"], num_heads=model["heads"],
+                                   max_len=max_len, **opts, **extra)
+
     try:
-        build()
+        make()
     except ValueError as err:
         raise UserError(f"attention={name}: {err}") from None
-    return build
+    return make
 
 
 def build_encoder(cfg: dict[str, Any], vocab_size: int) -> Encoder:

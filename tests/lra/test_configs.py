@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+import torch
 
 import attention_zoo
 from lra.module import attention_factory
@@ -43,3 +44,15 @@ def test_quick_preset_shortens_listops():
     assert quick["task"]["max_steps"] < full["task"]["max_steps"]
     assert quick["task"]["data"]["generate"]["max_length"] < full["task"]["data"]["generate"]["max_length"]
     assert quick["task"]["data"]["root"] != full["task"]["data"]["root"]
+
+
+def test_seeded_random_features_differ_per_layer_and_per_run_seed():
+    def buffers(seed: int, layer: int):
+        make = attention_factory(compose_config(["attention=polysketch", f"seed={seed}"]), 64)
+        return [b.clone() for b in make(layer).buffers()]
+
+    first = buffers(0, 0)
+    assert first, "polysketch keeps its random sketch in buffers"
+    assert all(torch.equal(a, b) for a, b in zip(first, buffers(0, 0)))
+    assert not all(torch.equal(a, b) for a, b in zip(first, buffers(0, 1)))
+    assert not all(torch.equal(a, b) for a, b in zip(first, buffers(1, 0)))
