@@ -104,7 +104,7 @@ def test_length_16k_is_finite(name, dtype):
     mask = torch.ones(1, n, dtype=torch.bool)
     mask[0, n - 1000:] = False
     for scale in (1.0, 3.0):
-        q, k, v = (scale * torch.randn(3, 1, 1, n, D)).unbind(0)
+        q, k, v = (scale * torch.randn(3, 1, H, n, D)).unbind(0)
         if dtype is torch.bfloat16:
             q, k, v = q.bfloat16(), k.bfloat16(), v.bfloat16()
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype is torch.bfloat16):

@@ -1,0 +1,178 @@
+"""Performer, FAVOR+ (Choromanski et al., arXiv 2009.14794): positive orthogonal random features.
+
+Softmax kernel ``exp(q . k / sqrt(d)) = E_w[phi(q) . phi(k)]`` with ``x' = x d^(-1/4)`` and
+``phi(x) = m^(-1/2) [exp(w_i . x' - |x'|^2 / 2)]_{i=1..m}``; the rows ``w_i`` are stacked blocks of
+orthogonal directions with chi_d norms (``ortho_scaling=0``) or sqrt(d) norms (``ortho_scaling=1``).
+Normalised linear attention on these features, O(n m d). Stabiliser: a query's log-features are shifted
+by their own max, the keys' by the max over the sequence's real keys (per-query and per-sequence
+constants cancel in the normalisation; causal: a fixed shift from the bound ``|w|^2 / 2`` so the future
+cannot leak through the max), then ``+1e-4`` is added to every feature.
+
+``kernel="relu"`` is the generalized kernel of the LRA Performer: ``phi(x) = relu(w . x') + 1e-3``,
+whose expectation is the arc-cosine kernel (Cho & Saul 2009). The projection is a buffer drawn from
+``seed``; in training it is redrawn every ``redraw_interval`` calls, in evaluation it never changes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from .kernel import float32_region, kernel_attention, naive_kernel_attention
+from .registry import register
+
+KERNELS = ("softmax", "relu")
+SOFTMAX_FEATURE_EPS = 1e-4
+RELU_FEATURE_EPS = 1e-3
+CAUSAL_KEY_HEADROOM = 60.0  # exp(60) * 16k keys still fits in float32
+
+
+def orthogonal_gaussian_projection(features: int, dim: int, scaling: int = 0,
+                                   generator: torch.Generator | None = None) -> Tensor:
+    """``(features, dim)`` rows: blocks of ``dim`` orthogonal Haar directions, chi_d or sqrt(d) norms."""
+    gauss = torch.randn(math.ceil(features / dim), dim, dim, generator=generator, dtype=torch.float64)
+    q, r = torch.linalg.qr(gauss)
+    q = q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))[:, None, :]  # sign fix makes Q Haar (Mezzadri 2007)
+    directions = q.transpose(-1, -2).reshape(-1, dim)[:features]  # rows of each block are orthogonal
+    if scaling == 0:
+        norms = torch.randn(features, dim, generator=generator, dtype=torch.float64).norm(dim=1)
+    else:
+        norms = torch.full((features,), math.sqrt(dim), dtype=torch.float64)
+    return (directions * norms[:, None]).float()
+
+
+def softmax_log_features(x: Tensor, projection: Tensor) -> Tensor:
+    """``w_i . x' - |x'|^2 / 2`` with ``x' = x d^(-1/4)``: the log of the unnormalised positive feature."""
+    x = x.float() * x.shape[-1] ** -0.25
+    return x @ projection.float().T - x.square().sum(-1, keepdim=True) / 2  # (B, H, N, m)
+
+
+def relu_features(x: Tensor, projection: Tensor) -> Tensor:
+    """Generalized-kernel features ``relu(w . x') + 1e-3`` with ``x' = x d^(-1/4)``, float32."""
+    x = x.float() * x.shape[-1] ** -0.25
+    return torch.relu(x @ projection.float().T) + RELU_FEATURE_EPS  # (B, H, N, m)
+
+
+def key_shift(log_k: Tensor, key_padding_mask: Tensor | None, projection: Tensor, causal: bool) -> Tensor:
+    """Stabiliser for the keys: max over real keys, or (causal) a data-free bound so no future leaks in."""
+    if causal:  # w . x' - |x'|^2 / 2 <= |w|^2 / 2
+        bound = projection.float().square().sum(-1).max() / 2
+        return (bound - CAUSAL_KEY_HEADROOM).clamp_min(0.0)
+    if key_padding_mask is not None:
+        log_k = log_k.masked_fill(~key_padding_mask[:, None, :, None], float("-inf"))
+    shift = log_k.amax(dim=(-1, -2), keepdim=True)  # (B, H, 1, 1)
+    return torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift)).detach()
+
+
+def performer_features(q: Tensor, k: Tensor, projection: Tensor, key_padding_mask: Tensor | None = None,
+                       *, kernel: str = "softmax", causal: bool = False) -> tuple[Tensor, Tensor]:
+    """``(phi(q), phi(k))`` ``(B, H, N, m)`` in float32, stabilised as in the module docstring."""
+    with float32_region(q):
+        if kernel == "relu":
+            return relu_features(q, projection), relu_features(k, projection)
+        ratio = projection.shape[0] ** -0.5
+        log_q, log_k = softmax_log_features(q, projection), softmax_log_features(k, projection)
+        shift_q = log_q.amax(-1, keepdim=True).detach()
+        shift_k = key_shift(log_k, key_padding_mask, projection, causal)
+        phi_q = ratio * (torch.exp(log_q - shift_q) + SOFTMAX_FEATURE_EPS)
+        phi_k = ratio * (torch.exp(log_k - shift_k) + SOFTMAX_FEATURE_EPS)
+        return phi_q, phi_k
+
+
+def naive_performer(q: Tensor, k: Tensor, v: Tensor, projection: Tensor,
+                    key_padding_mask: Tensor | None = None, *, kernel: str = "softmax", eps: float = 1e-6,
+                    causal: bool = False) -> Tensor:
+    """Oracle: the explicit ``(B, H, N, N)`` weights ``phi(q_i) . phi(k_j)`` of the same features."""
+    phi_q, phi_k = performer_features(q, k, projection, key_padding_mask, kernel=kernel, causal=causal)
+    return naive_kernel_attention(phi_q, phi_k, v, key_padding_mask, eps=eps, causal=causal)
+
+
+def exact_softmax_kernel(q: Tensor, k: Tensor) -> Tensor:
+    """The kernel FAVOR+ estimates: ``exp(q_i . k_j / sqrt(d))`` ``(B, H, N, N)``, float64."""
+    return torch.exp(q.double() @ k.double().transpose(-1, -2) / math.sqrt(q.shape[-1]))
+
+
+def exact_arccos_kernel(q: Tensor, k: Tensor, eps: float = RELU_FEATURE_EPS) -> Tensor:
+    """Per-feature expectation of ``(relu(w . q') + eps)(relu(w . k') + eps)`` for ``w ~ N(0, I)``.
+
+    ``|a||b| (sin t + (pi - t) cos t) / (2 pi) + eps (|a| + |b|) / sqrt(2 pi) + eps^2`` with ``a = q'``,
+    ``b = k'``, ``t`` their angle (order-1 arc-cosine kernel); float64, ``(B, H, N, N)``.
+    """
+    scale = q.shape[-1] ** -0.25
+    a, b = scale * q.double(), scale * k.double()
+    na, nb = a.norm(dim=-1, keepdim=True), b.norm(dim=-1, keepdim=True).transpose(-1, -2)
+    cos = ((a @ b.transpose(-1, -2)) / (na * nb).clamp_min(1e-300)).clamp(-1.0, 1.0)
+    angle = torch.arccos(cos)
+    relu_relu = na * nb * (torch.sin(angle) + (math.pi - angle) * cos) / (2 * math.pi)
+    return relu_relu + eps * (na + nb) / math.sqrt(2 * math.pi) + eps**2
+
+
+def exact_kernel_attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None,
+                           *, kernel: str = "softmax", causal: bool = False) -> Tensor:
+    """Normalised attention with the exact kernel the random features approximate, computed in float64."""
+    weights = exact_softmax_kernel(q, k) if kernel == "softmax" else exact_arccos_kernel(q, k)
+    if key_padding_mask is not None:
+        weights = weights * key_padding_mask[:, None, None, :]
+    if causal:
+        weights = weights.tril()
+    return ((weights @ v.double()) / weights.sum(-1, keepdim=True)).to(v.dtype)
+
+
+@register("performer")
+class PerformerAttention(nn.Module):
+    """FAVOR+ (or the generalized ReLU kernel) with a seeded, periodically redrawn projection."""
+
+    supports_causal = True
+
+    def __init__(self, *, head_dim: int, features: int = 256, kernel: str = "softmax", ortho_scaling: int = 0,
+                 redraw_interval: int = 1000, seed: int | None = None, eps: float = 1e-6,
+                 causal: bool = False, chunk_size: int = 256):
+        super().__init__()
+        if kernel not in KERNELS:
+            raise ValueError(f"performer kernel must be one of {KERNELS}, got {kernel!r}")
+        if ortho_scaling not in (0, 1):
+            raise ValueError(f"performer ortho_scaling must be one of (0, 1), got {ortho_scaling!r}")
+        if features < 1 or redraw_interval < 0:
+            raise ValueError("performer needs features >= 1 and redraw_interval >= 0 (0: never redraw)")
+        self.head_dim, self.features, self.kernel = head_dim, features, kernel
+        self.ortho_scaling, self.redraw_interval = ortho_scaling, redraw_interval
+        self.eps, self.causal, self.chunk_size = eps, causal, chunk_size
+        self.seed = int(torch.randint(2**31 - 1, ())) if seed is None else int(seed)
+        self.draws, self.calls_since_draw = 0, 0
+        self.register_buffer("projection", self.draw_projection(0))  # (m, d)
+
+    def draw_projection(self, draw: int) -> Tensor:
+        """The ``draw``-th projection of this module's seed (reproducible)."""
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + draw)
+        return orthogonal_gaussian_projection(self.features, self.head_dim, self.ortho_scaling, generator)
+
+    @torch.no_grad()
+    def redraw(self) -> None:
+        """Replace (not overwrite) the projection, so graphs still holding the old one stay valid."""
+        self.draws += 1
+        self.calls_since_draw = 0
+        self.projection = self.draw_projection(self.draws).to(self.projection.device)
+
+    def get_extra_state(self) -> dict:
+        return {"seed": self.seed, "draws": self.draws, "calls_since_draw": self.calls_since_draw}
+
+    def set_extra_state(self, state: dict) -> None:
+        self.seed, self.draws = state["seed"], state["draws"]
+        self.calls_since_draw = state["calls_since_draw"]
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        if self.training and self.redraw_interval:
+            if self.calls_since_draw >= self.redraw_interval:
+                self.redraw()
+            self.calls_since_draw += 1
+        phi_q, phi_k = performer_features(q, k, self.projection, key_padding_mask, kernel=self.kernel,
+                                          causal=self.causal)
+        return kernel_attention(phi_q, phi_k, v, key_padding_mask, eps=self.eps, causal=self.causal,
+                                chunk_size=self.chunk_size)
+
+    def naive(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """The quadratic oracle with this module's current projection."""
+        return naive_performer(q, k, v, self.projection, key_padding_mask, kernel=self.kernel, eps=self.eps,
+                               causal=self.causal)
