@@ -1,0 +1,78 @@
+"""Linformer (Wang et al., arXiv 2006.04768): keys and values projected along the length to k rows.
+
+With learned ``E, F in R^{k x max_len}`` (per head, first ``n`` columns used) and pads zeroed in K and V:
+
+    out = softmax(Q (E K)^T / sqrt(d)) (F V)
+
+O(n k d) time and memory. As an explicit ``n x n`` weight matrix: ``W = softmax((Q K^T) E^T / sqrt(d)) F``,
+``out = W V``. Defaults follow the PyTorch LRA port (mlpen/Nystromformer ``attention_linformer.py``):
+``k = 256``, ``N(0, 0.02^2)`` initialisation, one matrix per head; that port also shares E = F
+(``share_kv=True`` here) and shares it across layers (not done here). Not causal.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ._blocks import real_tokens, refuse_causal, scaled_scores
+from .kernel import float32_region
+from .registry import register
+
+
+def naive_linformer(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None, *,
+                    proj_k: Tensor, proj_v: Tensor) -> Tensor:
+    """Oracle: the explicit ``(B, H, N, N)`` weights ``softmax((Q K^T) E^T / sqrt(d)) F`` times V.
+
+    ``proj_k, proj_v``: ``(H, k, max_len)``.
+    """
+    n = q.shape[-2]
+    real = real_tokens(key_padding_mask, q)[:, None, :, None].float()
+    scores = scaled_scores(q, k.float() * real)  # (B, H, N, N), pad keys give 0
+    logits = scores @ proj_k[:, :, :n].float().transpose(-1, -2)  # (B, H, N, k)
+    weights = logits.softmax(-1) @ proj_v[:, :, :n].float()  # (B, H, N, N)
+    return (weights @ (v.float() * real)).to(v.dtype)
+
+
+@register("linformer")
+class LinformerAttention(nn.Module):
+    """Low-rank projected softmax attention; needs ``max_len`` (the projections span the length)."""
+
+    supports_causal = False
+
+    def __init__(self, *, num_heads: int, max_len: int | None, proj_dim: int = 256, share_kv: bool = False,
+                 causal: bool = False):
+        super().__init__()
+        refuse_causal("linformer", causal)
+        if max_len is None:
+            raise ValueError("linformer needs max_len: its projections E, F are k x max_len")
+        if proj_dim < 1:
+            raise ValueError(f"linformer proj_dim must be >= 1, got {proj_dim}")
+        self.max_len, self.proj_dim, self.share_kv = max_len, proj_dim, share_kv
+        self.proj_k = nn.Parameter(torch.randn(num_heads, proj_dim, max_len) * 0.02)  # E: (H, k, max_len)
+        self.proj_v = None if share_kv else nn.Parameter(torch.randn(num_heads, proj_dim, max_len) * 0.02)
+
+    def projections(self) -> tuple[Tensor, Tensor]:
+        """``E, F``: ``(H, k, max_len)`` each (the same tensor when ``share_kv``)."""
+        return self.proj_k, self.proj_k if self.proj_v is None else self.proj_v
+
+    def _check_length(self, n: int) -> None:
+        if n > self.max_len:
+            raise ValueError(f"linformer was built for max_len={self.max_len}, got a sequence of {n}")
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        n = q.shape[-2]
+        self._check_length(n)
+        proj_k, proj_v = (p[:, :, :n].float() for p in self.projections())
+        with float32_region(v):
+            real = real_tokens(key_padding_mask, q)[:, None, :, None].float()
+            keys = proj_k @ (k.float() * real)  # (B, H, k, D)
+            values = proj_v @ (v.float() * real)
+            out = scaled_scores(q, keys).softmax(-1) @ values
+        return out.to(v.dtype)
+
+    def naive(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """The quadratic oracle with this module's projections."""
+        self._check_length(q.shape[-2])
+        proj_k, proj_v = self.projections()
+        return naive_linformer(q, k, v, key_padding_mask, proj_k=proj_k, proj_v=proj_v)

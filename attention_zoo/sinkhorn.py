@@ -1,0 +1,127 @@
+"""Sparse Sinkhorn attention (Tay et al., arXiv 2002.11296), as in the LRA Sinkhorn Transformer.
+
+The sequence is cut into ``M`` blocks of ``b = block_size`` tokens from its start. A sort net (two
+layers with ReLU, shared by the heads) maps each block summary (the sum of its real keys) to logits over
+blocks, ``R in R^{M x M}``; ``S = Sinkhorn(R / temperature)`` (``sinkhorn_iters`` rounds of row then
+column normalisation in log space) is a soft block permutation. Block ``i`` gets the sorted keys and values
+``K^s_i = sum_j S_ij K_j``, ``V^s_i = sum_j S_ij V_j``, and each query attends jointly to its own block
+and to the sorted block:
+
+    out_q = softmax([q K_i^T, q (K^s_i)^T] / sqrt(d)) [V_i; V^s_i]
+
+Only real blocks take part in the sorting (pad blocks are fixed points), so pads change nothing. LRA's
+JAX code reshapes the length axis as ``(block_size, num_blocks)`` (strided blocks), sums two separate
+softmaxes, and defaults to a plain softmax sort; we follow the paper: contiguous blocks, Sinkhorn
+balancing, and one softmax over the local and the sorted block as in lucidrains/sinkhorn-transformer
+(temperature 0.75, 7 iterations there). No Gumbel noise: evaluation and training are deterministic.
+O(n b d + M^2 (d + b d)). Not causal.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ._blocks import masked_softmax, pad_real, real_tokens, refuse_causal, scaled_scores, to_blocks
+from .kernel import float32_region
+from .registry import register
+
+
+def sinkhorn(log_alpha: Tensor, real_blocks: Tensor, iters: int) -> Tensor:
+    """Doubly-stochastic ``exp`` of ``log_alpha`` ``(B, H, M, M)`` over the real blocks ``(B, M)``.
+
+    Rows and columns of pad blocks are the identity, so the real blocks are balanced among themselves.
+    """
+    m = log_alpha.shape[-1]
+    both_real = real_blocks[:, None, :, None] & real_blocks[:, None, None, :]
+    eye = torch.eye(m, dtype=torch.bool, device=log_alpha.device)
+    log_alpha = log_alpha.masked_fill(~both_real, float("-inf")).masked_fill(eye & ~both_real, 0.0)
+    for _ in range(iters):
+        log_alpha = log_alpha - log_alpha.logsumexp(-1, keepdim=True)
+        log_alpha = log_alpha - log_alpha.logsumexp(-2, keepdim=True)
+    return log_alpha.exp()
+
+
+def naive_sinkhorn(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None, *,
+                   block_size: int, permutation: Tensor) -> Tensor:
+    """Oracle: the explicit ``(B, H, N, N)`` weight matrix of local plus sorted-block attention.
+
+    The sorted scores are mixtures of the full score matrix: ``q_i . K^s_{i,t} = sum_j S_ij (q_i . k_{j,t})``,
+    and sorted slot ``t`` passes weight ``p_t S_ij`` on to token ``t`` of block ``j``.
+    """
+    n, size = q.shape[-2], block_size
+    real = real_tokens(key_padding_mask, q)
+    m = permutation.shape[-1]
+    keys, values = (t.float() * real[:, None, :, None] for t in (k, v))  # pads zeroed, as in the sums
+    scores = F.pad(scaled_scores(q, keys), (0, m * size - n)).unflatten(-1, (m, size))
+    block = torch.arange(n, device=q.device) // size
+    own = F.one_hot(block, m).float()  # (N, M): query i's own block
+    local = torch.einsum("bhnmt,nm->bhnt", scores, own)  # (B, H, N, b)
+    mix = permutation[:, :, block]  # (B, H, N, M): S_{block(i), j}
+    sorted_ = torch.einsum("bhnmt,bhnm->bhnt", scores, mix)
+    real_b = pad_real(real, m * size).view(-1, m, size)
+    local_ok = real_b[:, block][:, None]  # (B, 1, N, b)
+    sorted_ok = real_b.any(1)[:, None, None, :].expand_as(local_ok)
+    probs = masked_softmax(torch.cat([local, sorted_], -1), torch.cat([local_ok, sorted_ok], -1))
+    p_local, p_sorted = probs.split(size, dim=-1)
+    weights = torch.einsum("bhnt,nm->bhnmt", p_local, own) + torch.einsum("bhnt,bhnm->bhnmt", p_sorted, mix)
+    weights = weights.flatten(-2)[..., :n]  # (B, H, N, N)
+    return (weights @ values).to(v.dtype)
+
+
+@register("sinkhorn")
+class SinkhornAttention(nn.Module):
+    """Local block plus Sinkhorn-sorted block attention; needs ``max_len`` (the sort net spans the blocks)."""
+
+    supports_causal = False
+
+    def __init__(self, *, head_dim: int, max_len: int | None, block_size: int = 50, sinkhorn_iters: int = 7,
+                 temperature: float = 0.75, causal: bool = False):
+        super().__init__()
+        refuse_causal("sinkhorn", causal)
+        if max_len is None:
+            raise ValueError("sinkhorn needs max_len: its sort net outputs one logit per block")
+        if block_size < 1 or sinkhorn_iters < 1 or temperature <= 0:
+            raise ValueError(f"sinkhorn needs block_size >= 1, sinkhorn_iters >= 1, temperature > 0; got "
+                             f"{block_size}, {sinkhorn_iters}, {temperature}")
+        self.block_size, self.sinkhorn_iters, self.temperature = block_size, sinkhorn_iters, temperature
+        self.max_blocks = -(-max_len // block_size)
+        d = head_dim
+        self.w1 = nn.Parameter(torch.randn(d, d) / d**0.5)
+        self.b1 = nn.Parameter(torch.zeros(d))
+        self.w2 = nn.Parameter(torch.randn(d, self.max_blocks) * (2 / d) ** 0.5)
+        self.b2 = nn.Parameter(torch.zeros(self.max_blocks))
+
+    def permutation(self, k: Tensor, real: Tensor) -> Tensor:
+        """The soft block permutation ``S`` ``(B, H, M, M)`` from the keys and the ``(B, N)`` real mask."""
+        kb = to_blocks(k.float() * real[:, None, :, None], self.block_size)  # (B, H, M, b, D)
+        m = kb.shape[2]
+        if m > self.max_blocks:
+            raise ValueError(f"sinkhorn was built for {self.max_blocks} blocks (max_len), got {m}")
+        hidden = torch.relu(kb.sum(-2) @ self.w1.float() + self.b1.float())  # (B, H, M, D)
+        logits = hidden @ self.w2[:, :m].float() + self.b2[:m].float()  # (B, H, M, M)
+        real_blocks = pad_real(real, m * self.block_size).view(-1, m, self.block_size).any(-1)
+        return sinkhorn(logits / self.temperature, real_blocks, self.sinkhorn_iters)
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        b, h, n, d = q.shape
+        size = self.block_size
+        real = real_tokens(key_padding_mask, q)
+        with float32_region(v):
+            perm = self.permutation(k, real)
+            m = perm.shape[-1]
+            qb = to_blocks(q.float(), size)  # (B, H, M, b, D)
+            kb, vb = (to_blocks(t.float() * real[:, None, :, None], size) for t in (k, v))
+            keys = torch.cat([kb, torch.einsum("bhij,bhjtd->bhitd", perm, kb)], dim=-2)  # (B, H, M, 2b, D)
+            values = torch.cat([vb, torch.einsum("bhij,bhjtd->bhitd", perm, vb)], dim=-2)
+            real_b = pad_real(real, m * size).view(b, m, size)
+            allowed = torch.cat([real_b, real_b.any(1, keepdim=True).expand(-1, m, -1)], -1)  # (B, M, 2b)
+            scores = (qb @ keys.transpose(-1, -2)) * d**-0.5
+            out = masked_softmax(scores, allowed[:, None, :, None, :]) @ values
+        return out.flatten(2, 3)[:, :, :n].to(v.dtype)
+
+    def naive(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """The quadratic oracle, with this module's block permutation."""
+        perm = self.permutation(k, real_tokens(key_padding_mask, q))
+        return naive_sinkhorn(q, k, v, key_padding_mask, block_size=self.block_size, permutation=perm)

@@ -1,0 +1,113 @@
+"""Reformer: hashing and sorting by hand, one bucket = shared-QK softmax, repeated rounds counted once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+import attention_zoo
+from attention_zoo.reformer import SELF_SCORE, lsh_buckets, naive_reformer, sort_order
+from tests.conftest import assert_close
+
+CONF = Path(__file__).resolve().parents[2] / "conf" / "attention"
+
+
+def build(**opts):
+    opts = {"max_len": 64, **opts}
+    return attention_zoo.build("reformer", head_dim=8, num_heads=2, **opts)
+
+
+def qkv_mask(b=2, n=37):
+    q, k, v = torch.randn(3, b, 2, n, 8).unbind(0)
+    mask = torch.ones(b, n, dtype=torch.bool)
+    mask[-1, 26:] = False
+    return q, k, v, mask
+
+
+def test_buckets_are_the_argmax_of_the_rotated_vector_and_its_negation():
+    rotations = torch.randn(1, 2, 8, 3)  # (H, R, D, n_buckets / 2)
+    x = torch.randn(1, 1, 10, 8)
+    real = torch.ones(1, 10, dtype=torch.bool)
+    real[0, 7:] = False
+    buckets = lsh_buckets(x, rotations, real)
+    for r in range(2):
+        rotated = x[0, 0] @ rotations[0, r]
+        assert torch.equal(buckets[0, 0, r, :7], torch.cat([rotated, -rotated], -1).argmax(-1)[:7])
+    assert (buckets[..., 7:] == 6).all()  # pads: the extra bucket, sorted last
+    assert torch.equal(buckets, lsh_buckets(3 * x, rotations, real))  # only the direction matters
+
+
+def test_sort_is_by_bucket_then_position():
+    buckets = torch.tensor([[[[2, 0, 1, 0, 2, 1]]]])
+    assert sort_order(buckets).flatten().tolist() == [1, 3, 2, 5, 0, 4]
+
+
+def test_one_bucket_and_one_chunk_is_shared_qk_softmax_without_self():
+    attn = build(chunk_len=64, n_buckets=2, n_hashes=1)
+    attn.rotations.zero_()  # every token lands in bucket 0
+    q, _, v, _ = qkv_mask(n=20)
+    keys = torch.nn.functional.normalize(q, dim=-1)
+    scores = (q @ keys.transpose(-1, -2)) / 8**0.5 - 1e9 * torch.eye(20)
+    assert_close(scores.softmax(-1) @ v, attn(q, torch.zeros_like(q), v), ratio=1e-6)
+
+
+def test_identical_rounds_count_each_key_once():
+    one = build(chunk_len=4, n_buckets=4, n_hashes=1)
+    three = build(chunk_len=4, n_buckets=4, n_hashes=3)
+    three.rotations.copy_(one.rotations.expand_as(three.rotations))
+    q, k, v, mask = qkv_mask()
+    keep = mask[:, None, :].expand(-1, 2, -1)
+    assert_close(one(q, k, v, mask)[keep], three(q, k, v, mask)[keep], ratio=1e-6)
+
+
+@pytest.mark.parametrize("chunk_len, n_buckets, n_hashes", [(4, 4, 1), (3, 2, 3), (5, 8, 2), (2, 6, 4), (64, 4, 2)])
+def test_fast_matches_oracle_and_ignores_pads(chunk_len, n_buckets, n_hashes):
+    attn = build(chunk_len=chunk_len, n_buckets=n_buckets, n_hashes=n_hashes, seed=3)
+    q, k, v, mask = qkv_mask()
+    keep = mask[:, None, :].expand(-1, 2, -1)
+    ref = naive_reformer(q, k, v, mask, rotations=attn.rotations, chunk_len=chunk_len)
+    out = attn(q, k, v, mask)
+    assert_close(ref[keep], out[keep], ratio=1e-6)
+    junk = torch.randn(3, 2, 2, 9, 8)
+    padded_mask = torch.cat([mask, torch.zeros(2, 9, dtype=torch.bool)], 1)
+    padded = attn(*(torch.cat([t, j], 2) for t, j in zip((q, k, v), junk)), key_padding_mask=padded_mask)
+    assert_close(out[keep], padded[:, :, :37][keep], ratio=1e-6)
+
+
+def test_a_lone_token_attends_to_itself():
+    attn = build(chunk_len=4, n_buckets=4)
+    q, k, v, _ = qkv_mask(n=1)
+    assert_close(v, attn(q, k, v), ratio=1e-6)
+    assert SELF_SCORE < -1e4
+
+
+def test_k_is_ignored_and_gets_a_zero_gradient():
+    attn = build(chunk_len=4, n_buckets=4)
+    q, k, v, mask = qkv_mask()
+    k.requires_grad_(True)
+    out = attn(q, k, v, mask)
+    assert torch.equal(out, attn(q, torch.randn_like(k), v, mask))
+    out.sum().backward()
+    assert k.grad is not None and not k.grad.any()
+
+
+def test_seeded_rotations_and_derived_buckets():
+    assert torch.equal(build(seed=1).rotations, build(seed=1).rotations)
+    assert not torch.equal(build(seed=1).rotations, build(seed=2).rotations)
+    assert build(max_len=2048).n_buckets == 64 and build(max_len=16384).n_buckets == 512
+    assert build(max_len=100, chunk_len=64).n_buckets == 2
+
+
+def test_options_are_validated_and_yaml_lists_the_defaults():
+    with pytest.raises(ValueError, match="causal"):
+        build(causal=True)
+    with pytest.raises(ValueError, match="even"):
+        build(n_buckets=5)
+    with pytest.raises(ValueError, match="max_len"):
+        attention_zoo.build("reformer", head_dim=8, num_heads=2)
+    conf = yaml.safe_load((CONF / "reformer.yaml").read_text())
+    assert conf.pop("name") == "reformer"
+    assert conf == attention_zoo.options("reformer")
