@@ -13,6 +13,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from lra.errors import UserError
@@ -23,13 +24,22 @@ log = logging.getLogger("run")
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    sweeping = hydra_cfg.mode == RunMode.MULTIRUN
     try:
         record = run(OmegaConf.to_container(cfg, resolve=True), run_dir)
     except UserError as err:
         log.error("%s", err)
         print(f"\nerror: {err}", file=sys.stderr)
+        if sweeping:  # the failed record is written; let the other jobs of the sweep run
+            return None
         sys.exit(2)
+    except Exception:
+        if not sweeping:
+            raise
+        log.exception("job failed; its result.json says status=failed, the sweep goes on")
+        return None
     m = record["metrics"]
     print(f"\n{record['task']} / {record['attention']} / seed {record['seed']}: "
           f"val_acc={m['val_acc']:.4f} test_acc={m['test_acc']:.4f} majority_acc={m['majority_acc']:.4f} "

@@ -83,6 +83,8 @@ def naive_nystrom(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | No
 class NystromAttention(nn.Module):
     """Nystromformer: segment-mean landmarks, iterative pseudo-inverse, depthwise conv skip on V."""
 
+    contract_options = {"num_landmarks": 8}  # small, so contract tests see the structure
+
     supports_causal = False
 
     def __init__(self, *, num_heads: int, num_landmarks: int = 64, conv_kernel_size: int = 35,

@@ -96,6 +96,8 @@ def naive_skyformer(q: Tensor, k: Tensor, v: Tensor, indices: Tensor, key_paddin
 class SkyformerAttention(nn.Module):
     """Skyformer: symmetrised Nystrom approximation of Gaussian-kernel attention (unnormalised)."""
 
+    contract_options = {"num_landmarks": 8}  # small, so contract tests see the structure
+
     supports_causal = False
 
     def __init__(self, *, num_landmarks: int = 128, regularization: float = 0.1, pinv_iterations: int = 6,

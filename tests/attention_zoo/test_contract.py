@@ -12,8 +12,10 @@ B, H, D = 2, 2, 16
 
 
 def make(name: str, max_len: int = 128, **opts):
+    """The mechanism with its ``contract_options`` (small blocks, windows, landmarks) so tests see its structure."""
     torch.manual_seed(1)
-    return attention_zoo.build(name, head_dim=D, num_heads=H, max_len=max_len, **opts).eval()
+    small = getattr(attention_zoo.get(name), "contract_options", {})
+    return attention_zoo.build(name, head_dim=D, num_heads=H, max_len=max_len, **{**small, **opts}).eval()
 
 
 def inputs(n: int, scale: float = 1.0, dtype=torch.float32):

@@ -91,3 +91,14 @@ def test_corrupt_data_names_the_file_and_the_rebuild_command(tiny_data_dir, tmp_
     assert result.returncode == 2
     assert str(train) in result.stderr and "python -m data_prep listops" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_failing_sweep_job_is_recorded_and_does_not_stop_the_others(tiny_data_dir, tmp_path):
+    result = run_py("-m", "attention=softmax", "model.heads=3,2", "experiment=quick", "trainer=debug",
+                    f"data_dir={tiny_data_dir}", *TINY, f"hydra.sweep.dir={tmp_path}",
+                    "hydra.sweep.subdir=job${hydra.job.num}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    failed = json.loads((tmp_path / "job0" / "result.json").read_text())
+    completed = json.loads((tmp_path / "job1" / "result.json").read_text())
+    assert failed["status"] == "failed" and "not divisible by 3 heads" in failed["error"]
+    assert completed["status"] == "completed"
