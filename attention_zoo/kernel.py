@@ -50,7 +50,7 @@ def kernel_attention(
         ones = v.new_ones(v.shape[:-1] + (1,))
         v1 = torch.cat([v, ones], dim=-1)  # (B, H, N, D + 1): last column gives the denominator
         if causal:
-            num_den = _causal_products(phi_q, phi_k, v1, chunk_size)
+            num_den = causal_products(phi_q, phi_k, v1, chunk_size)
         else:
             state = phi_k.transpose(-1, -2) @ v1  # (B, H, M, D + 1)
             num_den = phi_q @ state
@@ -58,7 +58,7 @@ def kernel_attention(
     return out.to(out_dtype)
 
 
-def _causal_products(phi_q: Tensor, phi_k: Tensor, v1: Tensor, chunk_size: int) -> Tensor:
+def causal_products(phi_q: Tensor, phi_k: Tensor, v1: Tensor, chunk_size: int) -> Tensor:
     """``sum_{j<=i} (phi_q_i . phi_k_j) v1_j`` by chunks: exact inside a chunk, a running state across."""
     n = phi_q.shape[-2]
     state = phi_q.new_zeros(phi_q.shape[:-2] + (phi_q.shape[-1], v1.shape[-1]))  # (B, H, M, D + 1)
