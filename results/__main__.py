@@ -1,4 +1,4 @@
-"""`python -m results [RUN_ROOT ...] [--out DIR] [--tag TAG]`: collect run records into LRA tables.
+"""`python -m results [RUN_ROOT ...] [--out DIR] [--tag TAG] [--reference NAME]`: run records -> LRA tables.
 
 Writes `runs.csv` (long: one row per run x metric), `lra.csv` (wide: mean, std, n per cell, in percent)
 and `lra.md` under `--out`, and prints the markdown. Nothing is written when no usable record is found.
@@ -13,7 +13,7 @@ from pathlib import Path
 from results.atomic import write_atomic
 from results.collect import collect
 from results.markdown import to_markdown
-from results.summary import load_reference, summarize
+from results.summary import REFERENCES, load_reference, summarize
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -23,6 +23,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="directories searched recursively for result.json (default: outputs)")
     parser.add_argument("--out", default="results/tables", help="output directory (default: results/tables)")
     parser.add_argument("--tag", default=None, help="keep only runs with this config tag (default: all tags)")
+    parser.add_argument("--reference", action="append", choices=sorted(REFERENCES), default=None,
+                        help="published table(s) to show beside ours (default: lra_llops_table; repeatable)")
+    parser.add_argument("--published-rows", action="store_true",
+                        help="also list published methods we have no run of")
     return parser.parse_args(argv)
 
 
@@ -45,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {problem.kind}: {problem.path}: {problem.message}")
         return 0
     summary = summarize(long)
-    markdown = to_markdown(summary, problems, load_reference())
+    references = {REFERENCES[name]: load_reference(name) for name in args.reference or ["lra_llops_table"]}
+    markdown = to_markdown(summary, problems, references, args.published_rows)
     out = Path(args.out)
     write_atomic(out / "runs.csv", long.to_csv(index=False))
     write_atomic(out / "lra.csv", summary.to_csv(index=False, float_format="%.4f"))

@@ -10,7 +10,6 @@ from results.collect import CLASSIC_TASKS, UNTAGGED, Problem
 from results.summary import AVERAGE, MAJORITY
 
 DEFAULT_TAG = "default"
-PAPER = " (paper)"
 
 
 def format_cell(mean, std=math.nan, n=None) -> str:
@@ -37,24 +36,28 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(header), rule, *(line(row) for row in rows)])
 
 
-def shown_tasks(summary: pd.DataFrame, reference: pd.DataFrame) -> list[str]:
+def shown_tasks(summary: pd.DataFrame, references: dict[str, pd.DataFrame]) -> list[str]:
     """Tasks with a value of ours or a published one, in summary column order."""
     tasks = [column[: -len("_mean")] for column in summary.columns if column.endswith("_mean")]
-    return [
-        task for task in tasks
-        if task != AVERAGE and (task in reference.columns or summary[f"{task}_mean"].notna().any())
-    ]
+    published = {task for frame in references.values() for task in frame.columns if frame[task].notna().any()}
+    return [task for task in tasks if task != AVERAGE and (task in published or summary[f"{task}_mean"].notna().any())]
 
 
-def tag_table(summary: pd.DataFrame, reference: pd.DataFrame) -> str:
-    """One tag's table: ours beside the paper per task, rows = published methods then our others."""
-    tasks = shown_tasks(summary, reference)
+def tag_table(summary: pd.DataFrame, references: dict[str, pd.DataFrame], published_rows: bool = False) -> str:
+    """One tag's table: per task our cell, then each published column; rows = our attentions.
+
+    ``published_rows`` adds the published methods we have not run (blank on our side).
+    """
+    tasks = shown_tasks(summary, references)
     ours = summary[summary["attention"] != MAJORITY].set_index("attention")
     majority = summary[summary["attention"] == MAJORITY]
     header = ["attention"]
     for task in [*tasks, AVERAGE]:
-        header += [task] + ([task + PAPER] if task in reference.columns else [])
-    attentions = list(reference.index) + sorted(set(ours.index) - set(reference.index))
+        header += [task] + [f"{task} ({label})" for label, frame in references.items() if task in frame.columns]
+    order = [name for frame in references.values() for name in frame.index]
+    attentions = sorted(ours.index, key=lambda a: (order.index(a) if a in order else len(order), a))
+    if published_rows:
+        attentions += [a for a in dict.fromkeys(order) if a not in attentions]
     rows = []
     for attention in attentions:
         row = [attention]
@@ -65,17 +68,15 @@ def tag_table(summary: pd.DataFrame, reference: pd.DataFrame) -> str:
                 row.append(format_cell(mine[f"{task}_mean"], mine[f"{task}_std"], n))
             else:
                 row.append("")
-            if task in reference.columns:
-                published = reference[task].get(attention, math.nan)
-                row.append(format_cell(published))
+            row += [format_cell(frame[task].get(attention, math.nan))
+                    for frame in references.values() if task in frame.columns]
         rows.append(row)
     if not majority.empty:
         first = majority.iloc[0]
         row = ["majority class"]
         for task in [*tasks, AVERAGE]:
             row.append(format_cell(first[f"{task}_mean"]))
-            if task in reference.columns:
-                row.append("")
+            row += ["" for frame in references.values() if task in frame.columns]
         rows.append(row)
     return markdown_table(header, rows)
 
@@ -89,7 +90,7 @@ def problem_lines(problems: list[Problem]) -> list[str]:
     return lines
 
 
-def reading_notes(reference: pd.DataFrame) -> str:
+def reading_notes(references: dict[str, pd.DataFrame]) -> str:
     """How to read every table, printed once under the title."""
     classic = ", ".join(CLASSIC_TASKS)
     lines = [
@@ -98,7 +99,8 @@ def reading_notes(reference: pd.DataFrame) -> str:
         f"`{AVERAGE}` = mean of the {classic} means, only when all five are present.",
         "`majority class` = accuracy of always predicting the test set's most frequent class.",
         "Text (IMDB) has no validation split: the checkpoint is chosen on a held-out slice of train.",
-        f"`(paper)`: {(reference.attrs.get('source') or 'published numbers').rstrip('.')}.",
+        *(f"`({label})`: {(frame.attrs.get('source') or 'published numbers').rstrip('.')}."
+          for label, frame in references.items()),
         "Runs with different `tag`s are never averaged together: each tag has its own section.",
     ]
     return "\n".join(f"- {line}" for line in lines)
@@ -117,14 +119,15 @@ def tag_notes(tag: str, summary: pd.DataFrame) -> list[str]:
     return lines
 
 
-def to_markdown(summary: pd.DataFrame, problems: list[Problem], reference: pd.DataFrame) -> str:
+def to_markdown(summary: pd.DataFrame, problems: list[Problem], references: dict[str, pd.DataFrame],
+                published_rows: bool = False) -> str:
     """The whole `lra.md`: one section per tag (table, notes, runs not averaged), then unreadable records."""
     found = set(summary["tag"]) | {p.tag for p in problems if p.tag is not None}
     tags = sorted(found, key=lambda tag: (tag != DEFAULT_TAG, tag))
-    parts = ["# Long Range Arena: test accuracy (%)", reading_notes(reference)]
+    parts = ["# Long Range Arena: test accuracy (%)", reading_notes(references)]
     for tag in tags:
         mine = summary[summary["tag"] == tag]
-        parts += [f"## tag `{tag}`", tag_table(mine, reference)]
+        parts += [f"## tag `{tag}`", tag_table(mine, references, published_rows)]
         notes = tag_notes(tag, mine)
         if notes:
             parts.append("\n".join(f"- {line}" for line in notes))

@@ -13,6 +13,7 @@ REFERENCE_DIR = Path(__file__).parent / "reference"
 MAJORITY = "(majority class)"
 AVERAGE = "average"
 STATS = ("mean", "std", "n")
+REFERENCES = {"lra_llops_table": "LLoPS paper", "lra_paper": "LRA paper"}  # file stem -> column label
 
 
 def task_order(tasks) -> list[str]:

@@ -94,7 +94,7 @@ def test_missing_tasks_are_blank_not_zero(runs):
     summary = summarize(collect([runs])[0])
     assert math.isnan(cell(summary, "quick", "softmax", "text_mean"))
     assert math.isnan(cell(summary, "quick", "softmax", "average_mean"))
-    markdown = to_markdown(summary, [], load_reference())
+    markdown = to_markdown(summary, [], {"LLoPS paper": load_reference()})
     row = table_cells(section(markdown, "quick"))["softmax"]
     assert row["text"] == "" and row["average"] == "" and row["pathfinder"] == ""
     assert "0.00" not in section(markdown, "quick").split("\n- ")[0]
@@ -113,18 +113,24 @@ def test_average_only_with_all_five_tasks(tmp_path):
 
 def test_markdown_has_paper_columns_and_lists_problems(runs):
     long, problems = collect([runs])
-    markdown = to_markdown(summarize(long), problems, load_reference())
+    references = {"LLoPS paper": load_reference(), "LRA paper": load_reference("lra_paper")}
+    markdown = to_markdown(summarize(long), problems, references)
     quick = section(markdown, "quick")
     rows = table_cells(quick)
+    assert list(rows) == ["softmax", "nystrom", "llops", "majority class"]  # only attentions we ran
     assert rows["softmax"]["listops"] == "42.00 ± 2.83 (n=2)"
-    assert rows["softmax"]["listops (paper)"] == "48.49"
-    assert rows["nystrom"]["listops"] == "45.00 (n=1)"
-    assert rows["hedgehog"]["listops"] == "" and rows["hedgehog"]["image (paper)"] == "52.68"
-    assert rows["llops"]["average (paper)"] == "67.16"
+    assert rows["softmax"]["listops (LLoPS paper)"] == "48.49"
+    assert rows["softmax"]["listops (LRA paper)"] == "36.37"
+    assert rows["nystrom"]["listops"] == "45.00 (n=1)" and rows["nystrom"]["listops (LRA paper)"] == ""
+    assert rows["llops"]["average (LLoPS paper)"] == "67.16"
+    everything = table_cells(section(to_markdown(summarize(long), problems, references, published_rows=True),
+                                     "quick"))
+    assert everything["hedgehog"]["listops"] == "" and everything["hedgehog"]["image (LLoPS paper)"] == "52.68"
+    assert everything["bigbird"]["listops (LRA paper)"] == "36.05"
     assert rows["majority class"]["listops"] == "17.00"
     assert "**Not comparable:**" in quick and "**Not comparable:**" not in section(markdown, "default")
     assert "failed: `" in quick and "RuntimeError: boom" in quick and "Traceback" not in quick
-    assert "2610.14219" in markdown.split("## tag")[0]
+    assert "2610.14219" in markdown.split("## tag")[0] and "2011.04006" in markdown.split("## tag")[0]
     assert "Missing for `softmax` (no completed run): text, retrieval, image, pathfinder." in quick
     assert "malformed: `" in markdown.split("## Unreadable records")[1]
 
