@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
 
 import attention_zoo
 from lra.module import attention_factory
@@ -56,3 +57,10 @@ def test_seeded_random_features_differ_per_layer_and_per_run_seed():
     assert all(torch.equal(a, b) for a, b in zip(first, buffers(0, 0)))
     assert not all(torch.equal(a, b) for a, b in zip(first, buffers(0, 1)))
     assert not all(torch.equal(a, b) for a, b in zip(first, buffers(1, 0)))
+
+
+@pytest.mark.parametrize("launcher,target", [("joblib", "JoblibLauncher"), ("slurm", "SlurmLauncher")])
+def test_launcher_presets_compose(launcher, target):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True)
+    assert cfg.hydra.launcher._target_.endswith(target)
