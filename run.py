@@ -30,7 +30,6 @@ def main(cfg: DictConfig) -> float | None:
     try:
         record = run(OmegaConf.to_container(cfg, resolve=True), run_dir)
     except UserError as err:
-        log.error("%s", err)
         print(f"\nerror: {err}", file=sys.stderr)
         if sweeping:  # the failed record is written; let the other jobs of the sweep run
             return None

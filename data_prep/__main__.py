@@ -15,6 +15,11 @@ from data_prep.compact import DataError
 
 TASK_MODULES = {
     "listops": "data_prep.listops",
+    "pathfinder": "data_prep.pathfinder",
+    "pathx": "data_prep.pathx",
+    "text": "data_prep.text",
+    "retrieval": "data_prep.retrieval",
+    "image": "data_prep.image",
 }
 
 

@@ -10,7 +10,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from data_prep.compact import CompactSplit, DataError, load_manifest, load_split
+from data_prep.compact import CompactSplit, DataError, load_manifest, load_split, manifest_path
 
 from .errors import UserError
 
@@ -40,10 +40,40 @@ def pad_batch(items: list[tuple[np.ndarray, int]], multiple: int = 1) -> dict[st
     return {"tokens": tokens, "lengths": lengths, "labels": labels}
 
 
+def take(split: CompactSplit, indices: np.ndarray) -> CompactSplit:
+    """Examples ``indices`` of ``split``; every ``tokens*``/``offsets*`` pair is gathered, other extras
+    are per-example arrays."""
+    indices = np.asarray(indices, dtype=np.int64)
+
+    def gather(tokens: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        starts, ends = offsets[indices], offsets[indices + 1]
+        new_offsets = np.concatenate([[0], np.cumsum(ends - starts)]).astype(np.int64)
+        pieces = [tokens[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
+        return (np.concatenate(pieces) if pieces else tokens[:0]), new_offsets
+
+    tokens, offsets = gather(split.tokens, split.offsets)
+    extra = {}
+    for name, array in split.extra.items():
+        if name.startswith("tokens"):
+            offsets_name = "offsets" + name[len("tokens"):]
+            extra[name], extra[offsets_name] = gather(array, split.extra[offsets_name])
+        elif not name.startswith("offsets"):
+            extra[name] = array[indices]
+    return CompactSplit(tokens, offsets, split.labels[indices], extra)
+
+
+def missing_source_message(task_dir: Path, needs: str, command: str) -> str:
+    """The message for a converted task whose data was never prepared: what to get and how to convert it."""
+    return (f"no prepared data under {task_dir}. This task is converted from files you supply: {needs}. "
+            f"Convert them with:\n  {command}\n(PATH = where those files are)")
+
+
 class CompactDataModule(pl.LightningDataModule):
     """Loads ``<task.data.root>/<task.name>/`` (train/val/test) and serves padded batches.
 
-    Subclasses may override ``prepare_data`` to generate missing data and ``rebuild_command``.
+    Subclasses may override ``prepare_data`` to generate missing data, ``missing_data_message`` to explain
+    how to get data that cannot be generated, and ``rebuild_command``. ``task.data.limit`` (e.g.
+    ``{val: 1000, test: 2000}``) keeps a fixed random subset of those splits (seed 0, same for every run).
     """
 
     splits = ("train", "val", "test")
@@ -58,6 +88,14 @@ class CompactDataModule(pl.LightningDataModule):
 
     def rebuild_command(self) -> str:
         return f"python -m data_prep {self.task['name']} --out {self.root}"
+
+    def missing_data_message(self) -> str | None:
+        """What ``prepare_data`` says when the data was never prepared; None leaves it to ``setup``."""
+        return None
+
+    def prepare_data(self) -> None:
+        if not manifest_path(self.task_dir).is_file() and (message := self.missing_data_message()):
+            raise UserError(message)
 
     def manifest(self) -> dict[str, Any]:
         try:
@@ -81,6 +119,12 @@ class CompactDataModule(pl.LightningDataModule):
                 self.data[split] = load_split(self.task_dir, split, rebuild_cmd=self.rebuild_command())
         except DataError as err:
             raise UserError(str(err)) from None
+        for split, count in (self.task["data"].get("limit") or {}).items():
+            if split not in self.data:
+                raise UserError(f"task.data.limit names split {split!r}; splits are {', '.join(self.splits)}")
+            if count is not None and count < len(self.data[split]):
+                keep = np.random.default_rng(0).choice(len(self.data[split]), size=int(count), replace=False)
+                self.data[split] = take(self.data[split], np.sort(keep))
         if self.num_classes != self.task["num_classes"]:
             raise UserError(f"{self.task_dir}: data has {self.num_classes} classes but task.num_classes is "
                             f"{self.task['num_classes']}. Rebuild it with: {self.rebuild_command()}")
