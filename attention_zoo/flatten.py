@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._dwconv import DepthwiseSequenceConv, check_conv_kernel_size, naive_depthwise_sequence_conv
+from ._positions import LearnedKeyPositions
 from .kernel import float32_region, kernel_attention, naive_kernel_attention
 from .registry import register
 
@@ -69,23 +70,14 @@ class FocusedLinearAttention(nn.Module):
         if focusing_factor < 1:
             raise ValueError(f"flatten focusing_factor must be >= 1, got {focusing_factor}")
         check_conv_kernel_size("flatten", kernel_size, causal)
-        if key_positions and max_len is None:
-            raise ValueError("flatten key_positions=true needs max_len")
         self.focusing_factor, self.eps = focusing_factor, eps
         self.causal, self.chunk_size = causal, chunk_size
         self.scale = nn.Parameter(torch.zeros(num_heads, head_dim))  # (H, d): softplus(0) = ln 2
-        self.key_positions = None
-        if key_positions:
-            self.key_positions = nn.Parameter(torch.zeros(num_heads, max_len, head_dim))  # (H, max_len, d)
+        self.key_positions = LearnedKeyPositions("flatten", num_heads, max_len, head_dim) if key_positions else None
         self.dwc = DepthwiseSequenceConv(head_dim, kernel_size, causal) if kernel_size else None
 
     def _keys(self, k: Tensor) -> Tensor:
-        if self.key_positions is None:
-            return k
-        if k.shape[-2] > self.key_positions.shape[1]:
-            raise ValueError(f"flatten key_positions cover {self.key_positions.shape[1]} positions, "
-                             f"got length {k.shape[-2]}")
-        return k.float() + self.key_positions[:, : k.shape[-2]].float()
+        return k if self.key_positions is None else self.key_positions(k)
 
     def features(self, x: Tensor) -> Tensor:
         """``f_p(x+)`` ``(B, H, N, d)`` in float32."""

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._dwconv import DepthwiseSequenceConv, check_conv_kernel_size, naive_depthwise_sequence_conv
+from ._positions import LearnedKeyPositions
 from .kernel import float32_region, kernel_attention, naive_normalized_attention
 from .registry import register
 
@@ -75,23 +76,14 @@ class PolarityAwareLinearAttention(nn.Module):
         if alpha <= 0:
             raise ValueError(f"polaformer alpha must be > 0, got {alpha}")
         check_conv_kernel_size("polaformer", kernel_size, causal)
-        if key_positions and max_len is None:
-            raise ValueError("polaformer key_positions=true needs max_len")
         self.alpha, self.eps, self.causal, self.chunk_size = alpha, eps, causal, chunk_size
         self.scale = nn.Parameter(torch.zeros(num_heads, head_dim))  # (H, d): softplus(0) = ln 2
         self.power_logit = nn.Parameter(torch.zeros(num_heads, head_dim))  # (H, d): p = 1 + alpha / 2 at init
-        self.key_positions = None
-        if key_positions:
-            self.key_positions = nn.Parameter(torch.zeros(num_heads, max_len, head_dim))  # (H, max_len, d)
+        self.key_positions = LearnedKeyPositions("polaformer", num_heads, max_len, head_dim) if key_positions else None
         self.dwc = DepthwiseSequenceConv(head_dim, kernel_size, causal) if kernel_size else None
 
     def _keys(self, k: Tensor) -> Tensor:
-        if self.key_positions is None:
-            return k
-        if k.shape[-2] > self.key_positions.shape[1]:
-            raise ValueError(f"polaformer key_positions cover {self.key_positions.shape[1]} positions, "
-                             f"got length {k.shape[-2]}")
-        return k.float() + self.key_positions[:, : k.shape[-2]].float()
+        return k if self.key_positions is None else self.key_positions(k)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         with float32_region(v):

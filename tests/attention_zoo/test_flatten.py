@@ -110,11 +110,11 @@ def test_key_positions_need_max_len_and_are_learned_per_position():
     with pytest.raises(ValueError, match="max_len"):
         attention_zoo.build("flatten", head_dim=8, num_heads=2, key_positions=True)
     attn = attention_zoo.build("flatten", head_dim=8, num_heads=2, max_len=20, key_positions=True)
-    assert attn.key_positions.shape == (2, 20, 8)
+    assert attn.key_positions.table.shape == (2, 20, 8)
     q, k, v, mask = qkv_mask()
     before = attn(q, k, v, mask)
     with torch.no_grad():
-        attn.key_positions.normal_()
+        attn.key_positions.table.normal_()
     assert not torch.allclose(before, attn(q, k, v, mask))
     with pytest.raises(ValueError, match="20 positions"):
         attn(*qkv_mask(n=21)[:3])

@@ -78,7 +78,7 @@ def test_causal_matches_naive_with_key_positions_and_causal_conv():
     attn = attention_zoo.build("polaformer", head_dim=8, num_heads=2, max_len=30, key_positions=True,
                                causal=True, chunk_size=7)
     with torch.no_grad():
-        attn.key_positions.normal_()
+        attn.key_positions.table.normal_()
     q, k, v, mask = qkv_mask()
     keep = mask[:, None, :].expand(-1, 2, -1)
     assert_close(attn.naive(q, k, v, mask)[keep], attn(q, k, v, mask)[keep], ratio=1e-4)
