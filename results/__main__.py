@@ -13,6 +13,7 @@ from pathlib import Path
 from results.atomic import write_atomic
 from results.collect import collect
 from results.markdown import to_markdown
+from results.plots import write_plots
 from results.summary import REFERENCES, load_reference, summarize
 
 
@@ -55,8 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     write_atomic(out / "runs.csv", long.to_csv(index=False))
     write_atomic(out / "lra.csv", summary.to_csv(index=False, float_format="%.4f"))
     write_atomic(out / "lra.md", markdown)
+    plots = write_plots(summary, long, out)
     print(markdown, end="")
-    print(f"wrote {out / 'runs.csv'}, {out / 'lra.csv'}, {out / 'lra.md'}", file=sys.stderr)
+    written = [out / "runs.csv", out / "lra.csv", out / "lra.md", *plots]
+    print(f"wrote {', '.join(map(str, written))}", file=sys.stderr)
     return 0
 
 

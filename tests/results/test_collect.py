@@ -169,7 +169,9 @@ def test_cli_writes_tables(runs, tmp_path):
     out = tmp_path / "tables"
     result = run_cli(runs, "--out", out, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert {p.name for p in out.iterdir()} == {"runs.csv", "lra.md", "lra.csv"}
+    plots = {f"lra_{tag}_{kind}.png" for tag in ("default", "quick") for kind in ("accuracy", "time")}
+    assert {p.name for p in out.iterdir()} == {"runs.csv", "lra.md", "lra.csv"} | plots
+    assert all((out / name).read_bytes().startswith(b"\x89PNG") for name in plots)
     assert result.stdout == (out / "lra.md").read_text()
     wide = pd.read_csv(out / "lra.csv")
     softmax = wide[(wide["tag"] == "quick") & (wide["attention"] == "softmax")].iloc[0]
