@@ -15,6 +15,7 @@ from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
 from .errors import UserError
+from .module import attention_factory
 from .record import git_sha, package_versions, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """Train with checkpoints on validation accuracy, test the best checkpoint; return record fields."""
     pl.seed_everything(cfg["seed"], workers=True)
     tasks = task_module(cfg["task"]["name"])
+    attention_factory(cfg, cfg["task"]["max_len"])  # a bad attention option fails before any data work
     datamodule = tasks.DataModule(cfg)
     datamodule.prepare_data()
     datamodule.setup()
