@@ -36,11 +36,11 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(header), rule, *(line(row) for row in rows)])
 
 
-def shown_tasks(summary: pd.DataFrame, references: dict[str, pd.DataFrame]) -> list[str]:
-    """Tasks with a value of ours or a published one, in summary column order."""
+def shown_tasks(summary: pd.DataFrame) -> list[str]:
+    """Tasks (and `average`) with at least one value of ours in this tag, in summary column order."""
+    ours = summary[summary["attention"] != MAJORITY]
     tasks = [column[: -len("_mean")] for column in summary.columns if column.endswith("_mean")]
-    published = {task for frame in references.values() for task in frame.columns if frame[task].notna().any()}
-    return [task for task in tasks if task != AVERAGE and (task in published or summary[f"{task}_mean"].notna().any())]
+    return [task for task in tasks if ours[f"{task}_mean"].notna().any()]
 
 
 def tag_table(summary: pd.DataFrame, references: dict[str, pd.DataFrame], published_rows: bool = False) -> str:
@@ -48,11 +48,11 @@ def tag_table(summary: pd.DataFrame, references: dict[str, pd.DataFrame], publis
 
     ``published_rows`` adds the published methods we have not run (blank on our side).
     """
-    tasks = shown_tasks(summary, references)
+    columns = shown_tasks(summary)
     ours = summary[summary["attention"] != MAJORITY].set_index("attention")
     majority = summary[summary["attention"] == MAJORITY]
     header = ["attention"]
-    for task in [*tasks, AVERAGE]:
+    for task in columns:
         header += [task] + [f"{task} ({label})" for label, frame in references.items() if task in frame.columns]
     order = [name for frame in references.values() for name in frame.index]
     attentions = sorted(ours.index, key=lambda a: (order.index(a) if a in order else len(order), a))
@@ -61,7 +61,7 @@ def tag_table(summary: pd.DataFrame, references: dict[str, pd.DataFrame], publis
     rows = []
     for attention in attentions:
         row = [attention]
-        for task in [*tasks, AVERAGE]:
+        for task in columns:
             if attention in ours.index:
                 mine = ours.loc[attention]
                 n = None if task == AVERAGE else mine[f"{task}_n"]
@@ -74,7 +74,7 @@ def tag_table(summary: pd.DataFrame, references: dict[str, pd.DataFrame], publis
     if not majority.empty:
         first = majority.iloc[0]
         row = ["majority class"]
-        for task in [*tasks, AVERAGE]:
+        for task in columns:
             row.append(format_cell(first[f"{task}_mean"]))
             row += ["" for frame in references.values() if task in frame.columns]
         rows.append(row)
