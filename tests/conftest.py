@@ -21,3 +21,11 @@ def assert_close(ref: torch.Tensor, out: torch.Tensor, ratio: float = 1e-4, atol
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+def random_qkv_mask(b: int = 2, h: int = 2, n: int = 20, d: int = 8, real: int | None = None, row: int = -1):
+    """Random ``q, k, v`` ``(B, H, N, D)`` and a key mask whose batch row ``row`` is real up to ``real``."""
+    q, k, v = torch.randn(3, b, h, n, d).unbind(0)
+    mask = torch.ones(b, n, dtype=torch.bool)
+    mask[row, (n - 6 if real is None else real):] = False
+    return q, k, v, mask

@@ -7,14 +7,11 @@ import torch
 
 import attention_zoo
 from attention_zoo.hedgehog import hedgehog_feature_map
-from tests.conftest import assert_close
+from tests.conftest import assert_close, random_qkv_mask
 
 
 def qkv_mask(b=2, h=2, n=20, d=8):
-    q, k, v = torch.randn(3, b, h, n, d).unbind(0)
-    mask = torch.ones(b, n, dtype=torch.bool)
-    mask[-1, n - 6:] = False
-    return q, k, v, mask
+    return random_qkv_mask(b, h, n, d)
 
 
 def test_feature_map_by_hand():

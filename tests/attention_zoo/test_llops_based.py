@@ -11,14 +11,11 @@ import torch
 import attention_zoo
 from attention_zoo.based import BasedAttention, taylor_feature_map
 from attention_zoo.llops import LLoPSAttention, naive_polynomial_sketch, polynomial_sketch
-from tests.conftest import assert_close
+from tests.conftest import assert_close, random_qkv_mask
 
 
 def qkv_mask(b=2, h=3, n=30, d=8):
-    q, k, v = torch.randn(3, b, h, n, d).unbind(0)
-    mask = torch.ones(b, n, dtype=torch.bool)
-    mask[0, 21:] = False
-    return q, k, v, mask
+    return random_qkv_mask(b, h, n, d, real=21, row=0)
 
 
 def test_taylor_features_give_the_second_order_exp_expansion():

@@ -11,16 +11,13 @@ import yaml
 import attention_zoo
 from attention_zoo.local import naive_local
 from attention_zoo.softmax import naive_softmax
-from tests.conftest import assert_close
+from tests.conftest import assert_close, random_qkv_mask
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "attention"
 
 
 def qkv_mask(b=2, h=2, n=23, d=8):
-    q, k, v = torch.randn(3, b, h, n, d).unbind(0)
-    mask = torch.ones(b, n, dtype=torch.bool)
-    mask[-1, 17:] = False
-    return q, k, v, mask
+    return random_qkv_mask(b, h, n, d, real=17)
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -9,14 +9,11 @@ import torch
 
 import attention_zoo
 from attention_zoo.polaformer import polarity_parts, polarity_power
-from tests.conftest import assert_close
+from tests.conftest import assert_close, random_qkv_mask
 
 
 def qkv_mask(b=2, h=2, n=20, d=8):
-    q, k, v = torch.randn(3, b, h, n, d).unbind(0)
-    mask = torch.ones(b, n, dtype=torch.bool)
-    mask[-1, n - 6:] = False
-    return q, k, v, mask
+    return random_qkv_mask(b, h, n, d)
 
 
 def test_power_starts_at_one_plus_half_alpha_and_stays_in_range():

@@ -10,14 +10,11 @@ import torch
 import attention_zoo
 from attention_zoo.llops import polynomial_sketch
 from attention_zoo.polysketch import exact_polynomial_attention, gaussian_sketch, symmetric_square_features
-from tests.conftest import assert_close
+from tests.conftest import assert_close, random_qkv_mask
 
 
 def qkv_mask(b=2, h=2, n=20, d=8):
-    q, k, v = torch.randn(3, b, h, n, d).unbind(0)
-    mask = torch.ones(b, n, dtype=torch.bool)
-    mask[-1, n - 6:] = False
-    return q, k, v, mask
+    return random_qkv_mask(b, h, n, d)
 
 
 def test_symmetric_square_features_give_the_squared_dot_product():

@@ -10,7 +10,7 @@ import yaml
 
 import attention_zoo
 from attention_zoo.reformer import SELF_SCORE, lsh_buckets, naive_reformer, sort_order
-from tests.conftest import assert_close
+from tests.conftest import assert_close, random_qkv_mask
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "attention"
 
@@ -21,10 +21,7 @@ def build(**opts):
 
 
 def qkv_mask(b=2, n=37):
-    q, k, v = torch.randn(3, b, 2, n, 8).unbind(0)
-    mask = torch.ones(b, n, dtype=torch.bool)
-    mask[-1, 26:] = False
-    return q, k, v, mask
+    return random_qkv_mask(b, 2, n, 8, real=26)
 
 
 def test_buckets_are_the_argmax_of_the_rotated_vector_and_its_negation():

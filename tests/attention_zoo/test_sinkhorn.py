@@ -11,7 +11,7 @@ import yaml
 import attention_zoo
 from attention_zoo.sinkhorn import naive_sinkhorn, sinkhorn
 from attention_zoo.softmax import naive_softmax
-from tests.conftest import assert_close
+from tests.conftest import assert_close, random_qkv_mask
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "attention"
 
@@ -22,10 +22,7 @@ def build(**opts):
 
 
 def qkv_mask(b=2, n=38):
-    q, k, v = torch.randn(3, b, 2, n, 8).unbind(0)
-    mask = torch.ones(b, n, dtype=torch.bool)
-    mask[-1, 23:] = False
-    return q, k, v, mask
+    return random_qkv_mask(b, 2, n, 8, real=23)
 
 
 def test_sinkhorn_balances_the_real_blocks_and_fixes_pad_blocks():

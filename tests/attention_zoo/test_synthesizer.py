@@ -9,7 +9,7 @@ import torch
 import yaml
 
 import attention_zoo
-from tests.conftest import assert_close
+from tests.conftest import assert_close, random_qkv_mask
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "attention"
 
@@ -19,10 +19,7 @@ def build(**opts):
 
 
 def qkv_mask(n=30):
-    q, k, v = torch.randn(3, 2, 2, n, 8).unbind(0)
-    mask = torch.ones(2, n, dtype=torch.bool)
-    mask[1, 21:] = False
-    return q, k, v, mask
+    return random_qkv_mask(2, 2, n, 8, real=21, row=1)
 
 
 def test_factorized_random_weights_by_hand_and_independent_of_q_k():

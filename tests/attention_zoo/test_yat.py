@@ -10,14 +10,11 @@ import torch
 import attention_zoo
 from attention_zoo import yat
 from attention_zoo.yat import chunked_yat, naive_yat, spherical_yat_kernel, unit
-from tests.conftest import assert_close
+from tests.conftest import assert_close, random_qkv_mask
 
 
 def qkv_mask(b=2, h=2, n=45, d=8):
-    q, k, v = torch.randn(3, b, h, n, d).unbind(0)
-    mask = torch.ones(b, n, dtype=torch.bool)
-    mask[1, 30:] = False
-    return q, k, v, mask
+    return random_qkv_mask(b, h, n, d, real=30, row=1)
 
 
 def test_kernel_is_the_yat_product_of_unit_vectors():
