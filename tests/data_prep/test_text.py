@@ -17,7 +17,6 @@ from tests.data_prep.official_fixtures import imdb_reviews, write_aclimdb
 REPO = Path(__file__).resolve().parents[2]
 REBUILD = "python -m data_prep text --source PATH --out data"
 SPLITS = ("train", "val", "test")
-HAS_PARQUET = any(importlib.util.find_spec(m) for m in ("pyarrow", "fastparquet"))
 
 
 def quiet(_message):
@@ -85,8 +84,10 @@ def test_hold_out_is_seeded(source, task_dir, tmp_path):
         examples(task_dir, "train") + examples(task_dir, "val"))
 
 
-@pytest.mark.skipif(HAS_PARQUET, reason="a parquet engine is installed")
-def test_parquet_without_engine_says_how_to_fix(tmp_path):
+def test_parquet_without_engine_says_how_to_fix(tmp_path, monkeypatch):
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("pyarrow", "fastparquet") else real_find_spec(name, *a))
     folder = tmp_path / "plain_text"
     folder.mkdir()
     for name in text.PARQUET_FILES.values():
@@ -95,7 +96,6 @@ def test_parquet_without_engine_says_how_to_fix(tmp_path):
         text.convert(tmp_path, tmp_path / "out", log=quiet)
 
 
-@pytest.mark.skipif(not HAS_PARQUET, reason="needs pyarrow or fastparquet")
 def test_parquet_layout_gives_identical_files(reviews, task_dir, tmp_path):
     import pandas as pd
 
