@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 from data_prep.compact import CompactSplit, DataError, load_manifest, load_split, manifest_path
 
 from .errors import UserError
+from .sampling import EpochSampler
 
 
 class SequenceDataset(Dataset):
@@ -135,14 +136,26 @@ class CompactDataModule(pl.LightningDataModule):
         majority = np.bincount(self.data["train"].labels).argmax()
         return float((self.data["test"].labels == majority).mean())
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+    def _loader(self, split: str, sampler: EpochSampler | None = None) -> DataLoader:
         data = self.task["data"]
         workers = int(data.get("num_workers", 0))
+        # an own generator: creating an iterator then never draws from the global RNG (exact resume)
+        generator = torch.Generator().manual_seed(int(self.cfg.get("seed", 0)))
         return DataLoader(
-            self.make_dataset(self.data[split]), batch_size=self.task["batch_size"], shuffle=shuffle,
+            self.make_dataset(self.data[split]), batch_size=self.task["batch_size"], sampler=sampler,
             num_workers=workers, persistent_workers=workers > 0, drop_last=False,
-            collate_fn=self.collate,
+            collate_fn=self.collate, generator=generator,
         )
+
+    def state_dict(self) -> dict[str, int]:
+        """Where training stands in its epoch, saved in checkpoints so a resumed run sees the same batches."""
+        if self.trainer is None:
+            return {}
+        progress = self.trainer.fit_loop.epoch_loop.batch_progress.current
+        return {"epoch": self.trainer.current_epoch, "batches_done": progress.completed}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self._resume_state = dict(state)
 
     def make_dataset(self, split: CompactSplit) -> Dataset:
         return SequenceDataset(split, self.task["max_len"])
@@ -151,10 +164,14 @@ class CompactDataModule(pl.LightningDataModule):
         return pad_batch(items, int(self.task["data"].get("pad_multiple", 1)))
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
+        sampler = EpochSampler(len(self.data["train"]), int(self.cfg.get("seed", 0)))
+        state = getattr(self, "_resume_state", None)
+        if state:
+            sampler.resume_at(state["epoch"], state["batches_done"] * self.task["batch_size"])
+        return self._loader("train", sampler)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
+        return self._loader("val")
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
+        return self._loader("test")

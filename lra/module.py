@@ -97,6 +97,13 @@ class ClassificationModule(pl.LightningModule):
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "test", self.test_acc)
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["torch_rng_state"] = torch.get_rng_state()  # dropout masks continue exactly on resume
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if "torch_rng_state" in checkpoint:
+            torch.set_rng_state(checkpoint["torch_rng_state"])
+
     def configure_optimizers(self):
         optim = self.cfg["task"]["optim"]
         total = self.trainer.max_steps if self.trainer.max_steps > 0 else optim["warmup_steps"] + 1
