@@ -15,6 +15,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lra.errors import UserError
 from lra.train import run
@@ -34,6 +35,12 @@ def main(cfg: DictConfig) -> float | None:
         if sweeping:  # the failed record is written; let the other jobs of the sweep run
             return None
         sys.exit(2)
+    except SIGTERMException:
+        print(f"\ninterrupted: last.ckpt saved in {run_dir / 'checkpoints'}; rerun the same command to resume",
+              file=sys.stderr)
+        if sweeping:
+            return None
+        sys.exit(143)
     except Exception:
         if not sweeping:
             raise

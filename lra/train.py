@@ -13,7 +13,9 @@ from typing import Any
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
+from .callbacks import CheckpointOnPreemption
 from .errors import UserError
 from .module import attention_factory
 from .record import git_sha, package_versions, write_json_atomic
@@ -46,9 +48,9 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
                                  save_last=cfg["checkpoint"]["save_last"])
     loggers = [TensorBoardLogger(run_dir, name="tensorboard", version=""),
                CSVLogger(run_dir, name="csv", version="")]
-    trainer = pl.Trainer(**cfg["trainer"], callbacks=[checkpoint, LearningRateMonitor("step")],
-                         logger=loggers, default_root_dir=run_dir)
     resume = ckpt_dir / "last.ckpt"
+    callbacks = [checkpoint, LearningRateMonitor("step"), CheckpointOnPreemption(resume)]
+    trainer = pl.Trainer(**cfg["trainer"], callbacks=callbacks, logger=loggers, default_root_dir=run_dir)
     resume_path = str(resume) if resume.exists() and not trainer.fast_dev_run else None
     if resume_path:
         log.info("resuming from %s", resume_path)
@@ -86,6 +88,10 @@ def run(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         record["status"] = "completed"
     except UserError as err:
         record["error"] = str(err)
+        raise
+    except SIGTERMException:
+        record["status"] = "interrupted"
+        record["error"] = "stopped by SIGTERM/SIGUSR1; last.ckpt saved: rerun the same command to resume"
         raise
     except BaseException as err:
         record["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc()}"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
 from lra.sampling import EpochSampler
@@ -36,31 +37,56 @@ def command(run_dir, data_dir) -> list[str]:
             "trainer.log_every_n_steps=1", f"hydra.run.dir={run_dir}"]
 
 
-def test_sigkill_after_first_checkpoint_then_rerun_gives_the_uninterrupted_result(tiny_data_dir, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    reference = subprocess.run(command(tmp_path / "ref", tiny_data_dir), env=env, capture_output=True, text=True,
-                               timeout=300)
-    assert reference.returncode == 0, reference.stderr[-2000:]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
-    cut = tmp_path / "cut"
-    proc = subprocess.Popen(command(cut, tiny_data_dir), env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    last, sizes = cut / "checkpoints" / "last.ckpt", []
+
+@pytest.fixture(scope="module")
+def reference(tiny_data_dir, tmp_path_factory) -> dict:
+    """The record of an uninterrupted run of ``command``."""
+    run_dir = tmp_path_factory.mktemp("reference")
+    done = subprocess.run(command(run_dir, tiny_data_dir), env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads((run_dir / "result.json").read_text())
+
+
+def start_and_stop_after_first_checkpoint(run_dir, data_dir, sig: int) -> subprocess.CompletedProcess:
+    """Start a run, send ``sig`` once ``last.ckpt`` exists and is stable, wait for the process to end."""
+    proc = subprocess.Popen(command(run_dir, data_dir), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    last, sizes = run_dir / "checkpoints" / "last.ckpt", []
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
         sizes = (sizes + [last.stat().st_size if last.exists() else -1])[-3:]
         if len(sizes) == 3 and sizes[0] == sizes[1] == sizes[2] > 0:
             break
         time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert not (cut / "result.json").exists(), "the run finished before it could be killed"
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=240)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
-    resumed = subprocess.run(command(cut, tiny_data_dir), env=env, capture_output=True, text=True, timeout=300)
+
+def rerun_and_compare(run_dir, data_dir, reference: dict) -> None:
+    resumed = subprocess.run(command(run_dir, data_dir), env=ENV, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming from" in resumed.stdout + resumed.stderr
-    ref = json.loads((tmp_path / "ref" / "result.json").read_text())
-    got = json.loads((cut / "result.json").read_text())
-    assert got["steps"] == ref["steps"] == 120
+    got = json.loads((run_dir / "result.json").read_text())
+    assert got["status"] == "completed" and got["steps"] == reference["steps"] == 120
     for metric in ("val_acc", "test_acc", "test_loss"):
-        assert abs(got["metrics"][metric] - ref["metrics"][metric]) < 1e-6, metric
+        assert abs(got["metrics"][metric] - reference["metrics"][metric]) < 1e-6, metric
+
+
+def test_sigkill_after_first_checkpoint_then_rerun_gives_the_uninterrupted_result(reference, tiny_data_dir,
+                                                                                   tmp_path):
+    start_and_stop_after_first_checkpoint(tmp_path, tiny_data_dir, signal.SIGKILL)
+    assert not (tmp_path / "result.json").exists(), "the run finished before it could be killed"
+    rerun_and_compare(tmp_path, tiny_data_dir, reference)
+
+
+def test_sigterm_saves_a_checkpoint_exits_cleanly_and_the_rerun_resumes_exactly(reference, tiny_data_dir,
+                                                                                 tmp_path):
+    stopped = start_and_stop_after_first_checkpoint(tmp_path, tiny_data_dir, signal.SIGTERM)
+    assert stopped.returncode == 143 and "rerun the same command to resume" in stopped.stderr
+    assert "Traceback" not in stopped.stderr
+    record = json.loads((tmp_path / "result.json").read_text())
+    assert record["status"] == "interrupted"
+    rerun_and_compare(tmp_path, tiny_data_dir, reference)
