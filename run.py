@@ -16,6 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.utilities.exceptions import SIGTERMException
+from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from lra.errors import UserError
 from lra.train import run
@@ -47,6 +48,8 @@ def main(cfg: DictConfig) -> float | None:
         log.exception("job failed; its result.json says status=failed, the sweep goes on")
         return None
     m = record["metrics"]
+    if rank_zero_only.rank != 0:
+        return m["val_acc"]
     print(f"\n{record['task']} / {record['attention']} / seed {record['seed']}: "
           f"val_acc={m['val_acc']:.4f} test_acc={m['test_acc']:.4f} majority_acc={m['majority_acc']:.4f} "
           f"({record['wall_time_s']:.0f} s)\nrecord: {run_dir / 'result.json'}")

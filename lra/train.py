@@ -14,6 +14,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import SIGTERMException
+from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from .callbacks import CheckpointOnPreemption
 from .errors import UserError
@@ -68,7 +69,7 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
             "majority_acc": datamodule.majority_acc(),
         },
         "params": sum(p.numel() for p in model.parameters()),
-        "tokens_per_s": model.train_tokens / fit_time if fit_time > 0 else None,
+        "tokens_per_s": model.train_tokens * trainer.world_size / fit_time if fit_time > 0 else None,
         "best_checkpoint": best,
         "steps": trainer.global_step,
     }
@@ -99,5 +100,6 @@ def run(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     finally:
         record["wall_time_s"] = time.perf_counter() - start
         record["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        write_json_atomic(run_dir / "result.json", record)
+        if rank_zero_only.rank == 0:  # one record per run, also under DDP
+            write_json_atomic(run_dir / "result.json", record)
     return record

@@ -102,3 +102,17 @@ def test_a_failing_sweep_job_is_recorded_and_does_not_stop_the_others(tiny_data_
     completed = json.loads((tmp_path / "job1" / "result.json").read_text())
     assert failed["status"] == "failed" and "not divisible by 3 heads" in failed["error"]
     assert completed["status"] == "completed"
+
+
+def test_ddp_with_two_cpu_processes_writes_one_record(tiny_data_dir, tmp_path):
+    result = run_py("trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.precision=32-true",
+                    "attention=linear", "experiment=quick", f"data_dir={tiny_data_dir}", *TINY, "task.max_steps=6",
+                    "task.eval_every=3", "trainer.enable_progress_bar=false", f"hydra.run.dir={tmp_path / 'run'}",
+                    cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.count("test_acc=") == 1  # rank zero reports
+    records = list(tmp_path.rglob("result.json"))
+    assert len(records) == 1
+    record = json.loads(records[0].read_text())
+    assert record["status"] == "completed" and record["steps"] == 6
+    assert record["config"]["trainer"]["strategy"] == "ddp" and record["config"]["trainer"]["devices"] == 2
