@@ -166,7 +166,8 @@ class CompactDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         sampler = EpochSampler(len(self.data["train"]), int(self.cfg.get("seed", 0)))
         state = getattr(self, "_resume_state", None)
-        if state:
+        single_process = self.trainer is None or self.trainer.world_size == 1  # DDP shards after this order
+        if state and single_process:
             sampler.resume_at(state["epoch"], state["batches_done"] * self.task["batch_size"])
         return self._loader("train", sampler)
 
