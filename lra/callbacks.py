@@ -28,7 +28,11 @@ class CheckpointOnPreemption(pl.Callback):
             signal.signal(signal.SIGUSR1, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        if isinstance(exception, SIGTERMException) and trainer.state.fn == "fit":
-            trainer.save_checkpoint(self.path)
-            log.warning("preempted at step %d: saved %s; rerun the same command to resume",
+        if not isinstance(exception, SIGTERMException) or trainer.state.fn != "fit":
+            return
+        if trainer.validating:  # stopped inside a validation pass: the last.ckpt before it is the consistent one
+            log.warning("preempted during validation at step %d; resume from the previous %s",
                         trainer.global_step, self.path)
+            return
+        trainer.save_checkpoint(self.path)
+        log.warning("preempted at step %d: saved %s; rerun the same command to resume", trainer.global_step, self.path)
