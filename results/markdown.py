@@ -7,9 +7,8 @@ import math
 import pandas as pd
 
 from results.collect import CLASSIC_TASKS, UNTAGGED, Problem
-from results.summary import AVERAGE, MAJORITY
-
-DEFAULT_TAG = "default"
+from results.protocol import DEFAULT_TAG, TRAINER_KEYS
+from results.summary import AVERAGE, MAJORITY, best_flags
 
 
 def format_cell(mean, std=math.nan, n=None) -> str:
@@ -43,40 +42,66 @@ def shown_tasks(summary: pd.DataFrame) -> list[str]:
     return [task for task in tasks if ours[f"{task}_mean"].notna().any()]
 
 
-def tag_table(summary: pd.DataFrame, references: dict[str, pd.DataFrame], published_rows: bool = False) -> str:
-    """One tag's table: per task our cell, then each published column; rows = our attentions.
+def format_delta(value) -> str:
+    """Ours − published with its sign ("+1.20", "−3.40", "0.00"); NaN gives ""."""
+    if pd.isna(value):
+        return ""
+    text = f"{abs(value):.2f}"
+    return text if text == "0.00" else ("+" if value > 0 else "−") + text
 
-    ``published_rows`` adds the published methods we have not run (blank on our side).
+
+def bold(text: str, flag: bool) -> str:
+    """Markdown bold when `flag` and there is text."""
+    return f"**{text}**" if flag and text else text
+
+
+def attention_order(attentions, references: dict[str, pd.DataFrame]) -> list[str]:
+    """Attentions in the published tables' row order, then the others by name."""
+    order = list(dict.fromkeys(name for frame in references.values() for name in frame.index))
+    return sorted(attentions, key=lambda a: (order.index(a) if a in order else len(order), a))
+
+
+def tag_table(summary: pd.DataFrame, references: dict[str, pd.DataFrame], published_rows: bool = False) -> str:
+    """One tag's table: per task our cell (best in bold), then each published column and ours − published.
+
+    Rows = our attentions; ``published_rows`` adds the published methods we have not run (blank on our side).
     """
     columns = shown_tasks(summary)
+    best = best_flags(summary).set_index(summary["attention"])
     ours = summary[summary["attention"] != MAJORITY].set_index("attention")
     majority = summary[summary["attention"] == MAJORITY]
     header = ["attention"]
     for task in columns:
-        header += [task] + [f"{task} ({label})" for label, frame in references.items() if task in frame.columns]
-    order = [name for frame in references.values() for name in frame.index]
-    attentions = sorted(ours.index, key=lambda a: (order.index(a) if a in order else len(order), a))
+        header.append(task)
+        for label, frame in references.items():
+            if task in frame.columns:
+                header += [f"{task} ({label})", f"{task} Δ ({label})"]
+    attentions = attention_order(ours.index, references)
     if published_rows:
-        attentions += [a for a in dict.fromkeys(order) if a not in attentions]
+        published = attention_order({name for frame in references.values() for name in frame.index}, references)
+        attentions += [a for a in published if a not in attentions]
     rows = []
     for attention in attentions:
         row = [attention]
         for task in columns:
-            if attention in ours.index:
-                mine = ours.loc[attention]
+            mine = ours.loc[attention] if attention in ours.index else None
+            mean = math.nan if mine is None else mine[f"{task}_mean"]
+            if mine is not None:
                 n = None if task == AVERAGE else mine[f"{task}_n"]
-                row.append(format_cell(mine[f"{task}_mean"], mine[f"{task}_std"], n))
+                row.append(bold(format_cell(mean, mine[f"{task}_std"], n), best.loc[attention, f"{task}_mean"]))
             else:
                 row.append("")
-            row += [format_cell(frame[task].get(attention, math.nan))
-                    for frame in references.values() if task in frame.columns]
+            for frame in references.values():
+                if task in frame.columns:
+                    published = frame[task].get(attention, math.nan)
+                    row += [format_cell(published), format_delta(mean - published)]
         rows.append(row)
     if not majority.empty:
         first = majority.iloc[0]
         row = ["majority class"]
         for task in columns:
             row.append(format_cell(first[f"{task}_mean"]))
-            row += ["" for frame in references.values() if task in frame.columns]
+            row += ["", ""] * sum(task in frame.columns for frame in references.values())
         rows.append(row)
     return markdown_table(header, rows)
 
@@ -97,11 +122,16 @@ def reading_notes(references: dict[str, pd.DataFrame]) -> str:
         "Ours: test accuracy (%) of the best-validation checkpoint, mean ± sample std (ddof=1) over seeds "
         "of completed runs, n = seeds; a single seed shows no ±. Blank = no run, never zero.",
         f"`{AVERAGE}` = mean of the {classic} means, only when all five are present.",
+        "**Bold** = the highest mean of our attentions in that column (at the shown decimals; ties all bold).",
+        "`Δ (paper)` = ours − published, in accuracy points.",
         "`majority class` = accuracy of always predicting the test set's most frequent class.",
         "Text (IMDB) has no validation split: the checkpoint is chosen on a held-out slice of train.",
         *(f"`({label})`: {(frame.attrs.get('source') or 'published numbers').rstrip('.')}."
           for label, frame in references.items()),
         "Runs with different `tag`s are never averaged together: each tag has its own section.",
+        "Config drift: a run whose `task` or `model` settings (data locations and loader workers aside) or trainer "
+        f"{', '.join(TRAINER_KEYS)} differ from its tag's protocol (the repo's Hydra config for that task and the "
+        "tag's experiment) is listed under Not averaged, with the differing settings.",
     ]
     return "\n".join(f"- {line}" for line in lines)
 
@@ -120,17 +150,20 @@ def tag_notes(tag: str, summary: pd.DataFrame) -> list[str]:
 
 
 def to_markdown(summary: pd.DataFrame, problems: list[Problem], references: dict[str, pd.DataFrame],
-                published_rows: bool = False) -> str:
-    """The whole `lra.md`: one section per tag (table, notes, runs not averaged), then unreadable records."""
+                published_rows: bool = False, notes: dict[str, list[str]] | None = None) -> str:
+    """The whole `lra.md`: one section per tag (table, notes, runs not averaged), then unreadable records.
+
+    `notes` adds lines under a tag's table (e.g. `results.protocol.protocol_notes`).
+    """
     found = set(summary["tag"]) | {p.tag for p in problems if p.tag is not None}
     tags = sorted(found, key=lambda tag: (tag != DEFAULT_TAG, tag))
     parts = ["# Long Range Arena: test accuracy (%)", reading_notes(references)]
     for tag in tags:
         mine = summary[summary["tag"] == tag]
         parts += [f"## tag `{tag}`", tag_table(mine, references, published_rows)]
-        notes = tag_notes(tag, mine)
-        if notes:
-            parts.append("\n".join(f"- {line}" for line in notes))
+        lines = tag_notes(tag, mine) + (notes or {}).get(tag, [])
+        if lines:
+            parts.append("\n".join(f"- {line}" for line in lines))
         skipped = [p for p in problems if p.tag == tag]
         if skipped:
             parts.append(f"Not averaged ({len(skipped)}):\n\n" + "\n".join(problem_lines(skipped)))

@@ -13,7 +13,11 @@ REFERENCE_DIR = Path(__file__).parent / "reference"
 MAJORITY = "(majority class)"
 AVERAGE = "average"
 STATS = ("mean", "std", "n")
-REFERENCES = {"lra_llops_table": "LLoPS paper", "lra_paper": "LRA paper"}  # file stem -> column label
+REFERENCES = {  # file stem -> column label
+    "lra_llops_table": "LLoPS paper", "lra_paper": "LRA paper", "nystromformer_port": "Nystromformer port",
+    "skyformer_port": "Skyformer port", "xformers_port": "xFormers port",
+}
+DISPLAY_DECIMALS = 2
 
 
 def task_order(tasks) -> list[str]:
@@ -73,3 +77,30 @@ def load_reference(name: str = "lra_llops_table") -> pd.DataFrame:
     frame = pd.read_csv(path, comment="#").set_index("method")
     frame.attrs["source"] = source
     return frame
+
+
+def best_flags(summary: pd.DataFrame) -> pd.DataFrame:
+    """True where a `<task>_mean` is its tag's highest among our attentions at the shown 2 decimals (ties: all).
+
+    The majority-class row is never best. Columns: the summary's `*_mean` columns; index: the summary's.
+    """
+    means = summary[[column for column in summary.columns if column.endswith("_mean")]].round(DISPLAY_DECIMALS)
+    ours = summary["attention"] != MAJORITY
+    top = means.where(ours, axis=0).groupby(summary["tag"]).transform("max")
+    return means.eq(top).where(ours, axis=0, other=False).astype(bool)
+
+
+def add_published(summary: pd.DataFrame, references: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Append `<task>_<name>` (published, %) and `<task>_delta_<name>` (ours − published) per reference table.
+
+    `references` maps a file stem to its `load_reference` frame; only tasks (and `average`) both sides have get
+    columns; the majority-class row stays blank.
+    """
+    extra = {}
+    tasks = [column[: -len("_mean")] for column in summary.columns if column.endswith("_mean")]
+    for name, frame in references.items():
+        for task in [task for task in tasks if task in frame.columns]:
+            values = summary["attention"].map(frame[task]).where(summary["attention"] != MAJORITY).astype("float64")
+            extra[f"{task}_{name}"] = values
+            extra[f"{task}_delta_{name}"] = summary[f"{task}_mean"] - values
+    return pd.concat([summary, pd.DataFrame(extra, index=summary.index)], axis=1)

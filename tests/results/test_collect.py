@@ -1,6 +1,5 @@
 """Collector and tables on hand-made `result.json` records; the CLI through a subprocess."""
 
-import json
 import math
 import os
 import subprocess
@@ -13,22 +12,9 @@ import pytest
 from results.collect import collect
 from results.markdown import to_markdown
 from results.summary import MAJORITY, load_reference, summarize
+from tests.results.records import write_record
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def write_record(root, task, attention, seed, test_acc=None, *, tag="quick", status="completed", **extra):
-    """Write `root/<task>/<attention>/seed<seed>[-<tag>]/result.json` the way run.py does."""
-    metrics = {} if test_acc is None else {"val_acc": test_acc, "test_acc": test_acc, "majority_acc": 0.17}
-    record = {
-        "task": task, "attention": attention, "seed": seed, "status": status, "error": None,
-        "metrics": metrics, "config": {"tag": tag, "seed": seed}, "git_sha": "abc123",
-        "wall_time_s": 12.5, "params": 1000, "tokens_per_s": 5e4, **extra,
-    }
-    run_dir = Path(root) / task / attention / f"seed{seed}-{tag}"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "result.json").write_text(json.dumps(record))
-    return run_dir / "result.json"
 
 
 @pytest.fixture
@@ -109,7 +95,8 @@ def test_average_only_with_all_five_tasks(tmp_path):
     summary = summarize(collect([tmp_path])[0])
     assert cell(summary, "default", "softmax", "average_mean") == pytest.approx(60.0)
     rows = table_cells(section(to_markdown(summary, [], {"LLoPS paper": load_reference()}), "default"))
-    assert rows["softmax"]["average"] == "60.00" and rows["softmax"]["average (LLoPS paper)"] == "69.90"
+    assert rows["softmax"]["average"] == "**60.00**" and rows["softmax"]["average (LLoPS paper)"] == "69.90"
+    assert rows["softmax"]["average Δ (LLoPS paper)"] == "−9.90"
     assert rows["llops"]["average"] == "" and rows["llops"]["average (LLoPS paper)"] == "67.16"
     assert cell(summary, "default", "softmax", "average_n") == 1
     assert math.isnan(cell(summary, "default", "llops", "average_mean"))
@@ -173,7 +160,7 @@ def test_cli_writes_tables(runs, tmp_path):
     result = run_cli(runs, "--out", out, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     plots = {f"lra_{tag}_{kind}.png" for tag in ("default", "quick") for kind in ("accuracy", "time")}
-    assert {p.name for p in out.iterdir()} == {"runs.csv", "lra.md", "lra.csv"} | plots
+    assert {p.name for p in out.iterdir()} == {"runs.csv", "lra.md", "lra.csv", "lra.tex"} | plots
     assert all((out / name).read_bytes().startswith(b"\x89PNG") for name in plots)
     assert result.stdout == (out / "lra.md").read_text()
     wide = pd.read_csv(out / "lra.csv")

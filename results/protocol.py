@@ -1,0 +1,117 @@
+"""Which runs follow their tag's protocol: the config a tag's runs should share, and how a run differs from it.
+
+The protocol of (tag, task) is the repo's Hydra config composed for that task and the tag's experiment
+(`default` = no experiment; `conf/experiment/<tag>.yaml`, else `conf/experiment/<tag>/<task>.yaml`). Only the
+settings that change what is measured count: the `task` and `model` sections and a few trainer settings;
+attention options, seed, tag, data locations and loader workers do not.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+DEFAULT_TAG = "default"
+SECTIONS = ("task", "model", "trainer")
+TRAINER_KEYS = ("max_steps", "precision", "gradient_clip_val", "gradient_clip_algorithm", "accumulate_grad_batches")
+IGNORED_LEAVES = ("root", "num_workers", "workers")  # where the data lives and how fast it loads, not what it is
+ABSENT = "<absent>"
+SHOWN_DIFFERENCES = 6
+FROM_CONF, MOST_COMMON, UNCHECKED = "conf", "most common", "unchecked"
+
+
+def experiment_for(tag: str, task: str, conf_dir: Path = CONF_DIR) -> str | None:
+    """The `experiment=` value a tag's runs were composed with; "" for the default tag; None when unknown."""
+    conf_dir = Path(conf_dir)
+    if not (conf_dir / "config.yaml").is_file():
+        return None
+    if tag == DEFAULT_TAG:
+        return ""
+    if (conf_dir / "experiment" / f"{tag}.yaml").is_file():
+        return tag
+    if (conf_dir / "experiment" / tag / f"{task}.yaml").is_file():
+        return f"{tag}/{task}"
+    return None
+
+
+def compose_protocol(tag: str, task: str, conf_dir: Path = CONF_DIR) -> dict | None:
+    """The resolved config `run.py task=<task> [experiment=...]` would use, or None if the tag has no experiment."""
+    experiment = experiment_for(tag, task, conf_dir)
+    if experiment is None:
+        return None
+    overrides = [f"task={task}"] + ([f"experiment={experiment}"] if experiment else [])
+    try:
+        with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
+            config = OmegaConf.to_container(compose(config_name="config", overrides=overrides), resolve=True)
+    except (HydraException, OmegaConfBaseException):
+        return None
+    return config if config.get("tag") == tag else None
+
+
+def has_protocol(config: object) -> bool:
+    """Whether a record's config holds any protocol section to check."""
+    return isinstance(config, dict) and any(isinstance(config.get(section), dict) for section in SECTIONS)
+
+
+def protocol_view(config: dict) -> dict[str, object]:
+    """The protocol-relevant settings as {"task.optim.lr": 0.0001, ...}; null settings count as absent."""
+    trainer = config.get("trainer") or {}
+    sections = {
+        "task": config.get("task") or {}, "model": config.get("model") or {},
+        "trainer": {key: value for key, value in trainer.items() if key in TRAINER_KEYS},
+    }
+    flat = pd.json_normalize(sections, sep=".").iloc[0].to_dict()
+    return {key: value for key, value in flat.items()
+            if value is not None and key.rsplit(".", 1)[-1] not in IGNORED_LEAVES}
+
+
+def config_drift(config: dict, protocol: dict) -> list[str]:
+    """How `config` differs from `protocol`, one "key=ours (protocol theirs)" per setting, sorted by key."""
+    ours, theirs = protocol_view(config), protocol_view(protocol)
+    differences = []
+    for key in sorted(ours.keys() | theirs.keys()):
+        mine, reference = ours.get(key, ABSENT), theirs.get(key, ABSENT)
+        if mine != reference:
+            differences.append(f"{key}={mine} (protocol {reference})")
+    return differences
+
+
+def drift_message(differences: list[str]) -> str:
+    """The first few differences joined; the rest counted."""
+    shown = "; ".join(differences[:SHOWN_DIFFERENCES])
+    hidden = len(differences) - SHOWN_DIFFERENCES
+    return shown + (f"; and {hidden} more" if hidden > 0 else "")
+
+
+def most_common_config(configs: list[dict]) -> dict:
+    """The config whose protocol settings most runs share (ties: the first in sorted JSON order)."""
+    views = pd.Series([json.dumps(protocol_view(config), sort_keys=True, default=str) for config in configs])
+    return configs[int(views[views == views.mode().iloc[0]].index[0])]
+
+
+def reference_config(tag: str, task: str, configs: list[dict], conf_dir: Path = CONF_DIR) -> tuple[dict, str]:
+    """The config runs of (tag, task) are checked against, and where it came from (`FROM_CONF` or `MOST_COMMON`)."""
+    composed = compose_protocol(tag, task, conf_dir)
+    if composed is not None:
+        return composed, FROM_CONF
+    return most_common_config(configs), MOST_COMMON
+
+
+def protocol_notes(long: pd.DataFrame) -> dict[str, list[str]]:
+    """Per tag, a note for each task checked against its runs' most common config and for unchecked runs."""
+    runs = long.drop_duplicates("path")
+    notes: dict[str, list[str]] = {}
+    for (tag, task), part in runs[runs["protocol"] == MOST_COMMON].groupby(["tag", "task"], sort=True):
+        notes.setdefault(tag, []).append(
+            f"{task}: no experiment config for tag `{tag}` in `conf/`, so config drift is judged against "
+            f"the most common config among its {len(part)} checked run(s).")
+    for tag, part in runs[runs["protocol"] == UNCHECKED].groupby("tag", sort=True):
+        notes.setdefault(tag, []).append(f"{len(part)} completed run(s) record no config: not checked for drift.")
+    return notes

@@ -1,0 +1,161 @@
+"""Config drift: the protocol a tag's runs are checked against, and runs off it kept out of the averages."""
+
+import copy
+
+import pytest
+
+from results.collect import collect
+from results.markdown import to_markdown
+from results.protocol import (
+    FROM_CONF,
+    MOST_COMMON,
+    UNCHECKED,
+    compose_protocol,
+    config_drift,
+    drift_message,
+    most_common_config,
+    protocol_notes,
+    protocol_view,
+)
+from results.summary import summarize
+from tests.results.records import write_record
+
+BASE = {
+    "seed": 0, "tag": "quick", "data_dir": "data",
+    "attention": {"name": "softmax", "dropout": 0.0},
+    "model": {"dim": 64, "depth": 2, "heads": 2},
+    "task": {"name": "listops", "max_steps": 1500, "optim": {"lr": 1e-3, "betas": [0.9, 0.999]},
+             "data": {"root": "data/quick", "num_workers": 0, "limit": None,
+                      "generate": {"train": 20000, "workers": 2}}},
+    "trainer": {"accelerator": "auto", "devices": 1, "max_steps": 1500, "precision": "32-true",
+                "enable_progress_bar": True, "log_every_n_steps": 20},
+}
+
+
+def changed(config, **settings):
+    """A deep copy of `config` with dotted keys set, e.g. changed(BASE, **{"task.optim.lr": 0.01})."""
+    config = copy.deepcopy(config)
+    for dotted, value in settings.items():
+        *parents, leaf = dotted.split(".")
+        node = config
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return config
+
+
+def test_same_config_has_no_drift():
+    assert config_drift(BASE, copy.deepcopy(BASE)) == []
+
+
+def test_protocol_settings_differences_are_listed_sorted():
+    config = changed(BASE, **{"task.optim.lr": 1e-4, "model.dim": 128, "trainer.precision": "bf16-mixed"})
+    assert config_drift(config, BASE) == [
+        "model.dim=128 (protocol 64)",
+        "task.optim.lr=0.0001 (protocol 0.001)",
+        "trainer.precision=bf16-mixed (protocol 32-true)",
+    ]
+
+
+def test_attention_seed_paths_workers_and_hardware_are_not_protocol():
+    config = changed(BASE, **{
+        "seed": 3, "tag": "other", "data_dir": "/scratch", "attention.name": "llops", "attention.degree": 4,
+        "task.data.root": "/scratch/quick", "task.data.num_workers": 8, "task.data.generate.workers": 16,
+        "trainer.accelerator": "gpu", "trainer.devices": 4, "trainer.enable_progress_bar": False,
+    })
+    assert config_drift(config, BASE) == []
+
+
+def test_null_equals_absent_but_a_value_does_not():
+    assert config_drift(changed(BASE, **{"task.extra": None}), BASE) == []
+    assert config_drift(changed(BASE, **{"task.data.limit": {"test": 500}}), BASE) == [
+        "task.data.limit.test=500 (protocol <absent>)"]
+    without_steps = changed(BASE)
+    del without_steps["trainer"]["max_steps"]
+    assert config_drift(without_steps, BASE) == ["trainer.max_steps=<absent> (protocol 1500)"]
+
+
+def test_view_keeps_lists_and_only_protocol_trainer_keys():
+    view = protocol_view(BASE)
+    assert view["task.optim.betas"] == [0.9, 0.999]
+    assert {key for key in view if key.startswith("trainer.")} == {"trainer.max_steps", "trainer.precision"}
+    assert not any(key.startswith(("attention.", "seed", "tag")) for key in view)
+
+
+def test_drift_message_caps_the_list():
+    differences = [f"task.k{i}=1 (protocol 0)" for i in range(9)]
+    assert drift_message(differences[:2]) == "task.k0=1 (protocol 0); task.k1=1 (protocol 0)"
+    assert drift_message(differences).endswith("task.k5=1 (protocol 0); and 3 more")
+
+
+def test_most_common_config_ignores_non_protocol_settings():
+    configs = [changed(BASE, seed=1), changed(BASE, **{"task.optim.lr": 0.5}), changed(BASE, seed=2)]
+    assert most_common_config(configs) is configs[0]
+
+
+def test_compose_protocol_from_the_repo_conf():
+    quick, default = compose_protocol("quick", "listops"), compose_protocol("default", "listops")
+    assert quick["tag"] == "quick" and default["tag"] == "default"
+    assert quick["task"]["name"] == default["task"]["name"] == "listops"
+    assert quick["task"]["max_steps"] < default["task"]["max_steps"]
+    assert config_drift(quick, default)  # the quick preset is not the full protocol
+    assert compose_protocol("no_such_tag", "listops") is None
+    assert compose_protocol("quick", "no_such_task") is None
+
+
+def protocol_record(root, config, attention, seed, acc, **extra):
+    """A quick ListOps record whose config is `config` with this run's attention and seed."""
+    config = changed(config, seed=seed, **{"attention.name": attention})
+    return write_record(root, "listops", attention, seed, acc, tag=config["tag"], config=config, **extra)
+
+
+@pytest.fixture
+def quick():
+    return compose_protocol("quick", "listops")
+
+
+def test_drifted_run_is_flagged_and_not_averaged(tmp_path, quick):
+    lr = quick["task"]["optim"]["lr"]
+    protocol_record(tmp_path / "a", quick, "softmax", 0, 0.40, finished_at="2026-01-01T00:00:00")
+    protocol_record(tmp_path / "a", quick, "softmax", 1, 0.44)
+    protocol_record(tmp_path / "b", changed(quick, **{"task.optim.lr": lr * 10}), "softmax", 0, 0.90,
+                    finished_at="2026-02-01T00:00:00")
+    long, problems = collect([tmp_path])
+    assert [(p.kind, p.run) for p in problems] == [("config drift", "listops/softmax/seed 0")]
+    assert "/b/" in problems[0].path and problems[0].message == f"task.optim.lr={lr * 10} (protocol {lr})"
+    runs = long.drop_duplicates("path").set_index("path")
+    assert sorted(runs["status"]) == ["completed", "completed", "config drift"]
+    assert set(runs["protocol"]) == {FROM_CONF}
+    summary = summarize(long)
+    row = summary[summary["attention"] == "softmax"].iloc[0]
+    assert row["listops_mean"] == pytest.approx(42.0) and row["listops_n"] == 2  # the older protocol seed 0 stays
+    markdown = to_markdown(summary, problems, {})
+    assert "Not averaged (1):" in markdown and "- config drift: `" in markdown and "task.optim.lr=" in markdown
+
+
+def test_unknown_tag_falls_back_to_most_common_config(tmp_path, quick):
+    ablation = changed(quick, tag="ablation")
+    protocol_record(tmp_path, ablation, "softmax", 0, 0.40)
+    protocol_record(tmp_path, ablation, "llops", 0, 0.50)
+    protocol_record(tmp_path, changed(ablation, **{"model.depth": 6}), "based", 0, 0.60)
+    write_record(tmp_path, "listops", "linear", 0, 0.30, tag="ablation")  # no recorded config: unchecked
+    long, problems = collect([tmp_path])
+    assert [(p.kind, p.run) for p in problems] == [("config drift", "listops/based/seed 0")]
+    assert problems[0].message.startswith("model.depth=6 (protocol ")
+    protocols = long.drop_duplicates("path").set_index("attention")["protocol"]
+    assert protocols.to_dict() == {"based": MOST_COMMON, "linear": UNCHECKED, "llops": MOST_COMMON,
+                                   "softmax": MOST_COMMON}
+    notes = protocol_notes(long)
+    assert list(notes) == ["ablation"] and len(notes["ablation"]) == 2
+    assert "most common config among its 3 checked run(s)" in notes["ablation"][0]
+    assert "1 completed run(s) record no config" in notes["ablation"][1]
+    markdown = to_markdown(summarize(long), problems, {}, notes=notes)
+    assert "no experiment config for tag `ablation`" in markdown
+    assert set(summarize(long)["attention"]) == {"softmax", "llops", "linear", "(majority class)"}
+
+
+def test_failed_runs_are_not_checked(tmp_path, quick):
+    protocol_record(tmp_path, changed(quick, **{"model.dim": 7}), "softmax", 0, None, status="failed")
+    long, problems = collect([tmp_path])
+    assert [p.kind for p in problems] == ["failed"]
+    assert long["protocol"].eq("").all()
