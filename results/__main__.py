@@ -1,7 +1,11 @@
 """`python -m results [RUN_ROOT ...] [--out DIR] [--tag TAG] [--reference NAME]`: run records -> LRA tables.
 
-Writes `runs.csv` (long: one row per run x metric), `lra.csv` (wide: mean, std, n per cell, in percent)
-and `lra.md` under `--out`, and prints the markdown. Nothing is written when no usable record is found.
+Writes under `--out`: `runs.csv` (long: one row per run x metric, with its status and the protocol it was checked
+against), `lra.csv` (wide: `<task>_{mean,std,n}` in percent, then per published table `<task>_<reference>` and
+`<task>_delta_<reference>` = ours − published), `lra.md` (best per column in bold, published columns and deltas
+beside ours, runs not averaged with the reason: failed, duplicate, config drift, ...), `lra.tex` (booktabs, one
+table per tag) and PNG plots; prints the markdown. Nothing is written when no usable record is found.
+Analysis records (`kind: analysis`, from `lra.analyses`) become `<analysis>.{csv,md}` each.
 """
 
 from __future__ import annotations
@@ -10,11 +14,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from results.analyses import find_analyses, write_analysis_tables
 from results.atomic import write_atomic
 from results.collect import collect
+from results.latex import to_latex
 from results.markdown import to_markdown
 from results.plots import write_plots
-from results.summary import REFERENCES, load_reference, summarize
+from results.protocol import protocol_notes
+from results.summary import REFERENCES, add_published, load_reference, summarize
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -24,18 +31,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="directories searched recursively for result.json (default: outputs)")
     parser.add_argument("--out", default="results/tables", help="output directory (default: results/tables)")
     parser.add_argument("--tag", default=None, help="keep only runs with this config tag (default: all tags)")
-    parser.add_argument("--reference", action="append", choices=sorted(REFERENCES), default=None,
-                        help="published table(s) to show beside ours (default: lra_llops_table; repeatable)")
+    parser.add_argument("--reference", action="append", choices=[*sorted(REFERENCES), "all"], default=None,
+                        help="published table(s) to show beside ours (default: lra_llops_table; repeatable; "
+                             "all = every table in results/reference/ registered in results.summary.REFERENCES)")
     parser.add_argument("--published-rows", action="store_true",
                         help="also list published methods we have no run of")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Collect, summarize, write the three tables and print the markdown; always exits 0 unless I/O fails."""
+    """Collect, summarize, write the tables and plots and print the markdown; always exits 0 unless I/O fails."""
     args = parse_args(argv)
     for root in [r for r in args.roots if not Path(r).exists()]:
         print(f"warning: {root} does not exist", file=sys.stderr)
+    for name, (path, record) in find_analyses(args.roots).items():
+        written = write_analysis_tables(name, record, args.out)
+        print(f"analysis {name} ({path}): wrote {', '.join(map(str, written))}", file=sys.stderr)
     everything, problems = collect(args.roots)
     long = everything
     if args.tag is not None:
@@ -50,15 +61,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {problem.kind}: {problem.path}: {problem.message}")
         return 0
     summary = summarize(long)
-    references = {REFERENCES[name]: load_reference(name) for name in args.reference or ["lra_llops_table"]}
-    markdown = to_markdown(summary, problems, references, args.published_rows)
+    names = list(REFERENCES) if "all" in (args.reference or []) else list(dict.fromkeys(args.reference or []))
+    frames = {name: load_reference(name) for name in names or ["lra_llops_table"]}
+    references = {REFERENCES[name]: frame for name, frame in frames.items()}
+    markdown = to_markdown(summary, problems, references, args.published_rows, protocol_notes(long))
     out = Path(args.out)
     write_atomic(out / "runs.csv", long.to_csv(index=False))
-    write_atomic(out / "lra.csv", summary.to_csv(index=False, float_format="%.4f"))
+    write_atomic(out / "lra.csv", add_published(summary, frames).to_csv(index=False, float_format="%.4f"))
     write_atomic(out / "lra.md", markdown)
+    write_atomic(out / "lra.tex", to_latex(summary, references))
     plots = write_plots(summary, long, out)
     print(markdown, end="")
-    written = [out / "runs.csv", out / "lra.csv", out / "lra.md", *plots]
+    written = [out / "runs.csv", out / "lra.csv", out / "lra.md", out / "lra.tex", *plots]
     print(f"wrote {', '.join(map(str, written))}", file=sys.stderr)
     return 0
 

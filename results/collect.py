@@ -10,22 +10,25 @@ from pathlib import Path
 
 import pandas as pd
 
+from results.protocol import CONF_DIR, UNCHECKED, config_drift, drift_message, has_protocol, reference_config
+
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 CLASSIC_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
 RECORD_NAME = "result.json"
 UNTAGGED = "untagged"
 COLUMNS = [
     "task", "attention", "seed", "tag", "status", "metric", "value",
-    "git_sha", "wall_time_s", "params", "tokens_per_s", "path",
+    "git_sha", "wall_time_s", "params", "tokens_per_s", "protocol", "path",
 ]
 REQUIRED = ("task", "attention", "seed", "status")
+ANALYSIS = "analysis"
 
 
 @dataclass(frozen=True)
 class Problem:
     """A record that is not averaged: unreadable, failed, superseded or lacking a value.
 
-    `kind` is one of "malformed", "failed", "duplicate", "missing test_acc", "bad value";
+    `kind` is one of "malformed", "failed", "duplicate", "config drift", "missing test_acc", "bad value";
     `tag` and `run` ("task/attention/seed N") are None/"" when the record could not be read.
     """
 
@@ -62,6 +65,8 @@ def read_record(path: Path) -> dict:
         raise MalformedRecord(f"unreadable JSON: {err}") from err
     if not isinstance(record, dict):
         raise MalformedRecord(f"top level is {type(record).__name__}, expected an object")
+    if record.get("kind") == ANALYSIS:
+        return record  # an analysis record (lra.analyses): tabulated by results.analyses, not here
     absent = [key for key in REQUIRED if record.get(key) in (None, "")]
     if absent:
         raise MalformedRecord(f"missing field(s): {', '.join(absent)}")
@@ -114,6 +119,7 @@ def parse_run(path: Path, record: dict) -> tuple[dict, list[Problem]]:
         "git_sha": record.get("git_sha"), "wall_time_s": record.get("wall_time_s"),
         "params": record.get("params"), "tokens_per_s": record.get("tokens_per_s"),
         "path": path.as_posix(), "finished_at": str(record.get("finished_at") or ""),
+        "config": record.get("config"), "protocol": "",
     }
     run["metrics"], complaints = clean_metrics(record.get("metrics") or {})
     label, tag, where = run_label(run), run["tag"], run["path"]
@@ -146,6 +152,30 @@ def mark_duplicates(runs: list[dict]) -> list[Problem]:
     return problems
 
 
+def mark_drift(runs: list[dict], conf_dir: Path = CONF_DIR) -> list[Problem]:
+    """Mark completed runs whose protocol settings differ from their (tag, task) reference "config drift".
+
+    Each checked run's `protocol` says what it was checked against (see `results.protocol.reference_config`);
+    completed runs without a recorded config are "unchecked".
+    """
+    groups: dict[tuple, list[dict]] = {}
+    for run in [run for run in runs if run["status"] == "completed"]:
+        if has_protocol(run["config"]):
+            groups.setdefault((run["tag"], run["task"]), []).append(run)
+        else:
+            run["protocol"] = UNCHECKED
+    problems = []
+    for (tag, task), group in sorted(groups.items()):
+        reference, source = reference_config(tag, task, [run["config"] for run in group], conf_dir)
+        for run in group:
+            run["protocol"] = source
+            differences = config_drift(run["config"], reference)
+            if differences:
+                run["status"] = "config drift"
+                problems.append(Problem(run["path"], "config drift", drift_message(differences), tag, run_label(run)))
+    return problems
+
+
 def to_long(runs: list[dict]) -> pd.DataFrame:
     """One row per run x metric; a run without metrics keeps one row with an empty metric."""
     rows = []
@@ -165,12 +195,12 @@ def to_long(runs: list[dict]) -> pd.DataFrame:
     return long.drop(columns="_order").reset_index(drop=True)
 
 
-def collect(roots: list[str | Path]) -> tuple[pd.DataFrame, list[Problem]]:
+def collect(roots: list[str | Path], conf_dir: Path = CONF_DIR) -> tuple[pd.DataFrame, list[Problem]]:
     """Read every `result.json` under `roots`.
 
     Returns the long table (columns `COLUMNS`, accuracies as fractions) and the problems: malformed files,
-    failed runs, superseded duplicates, completed runs without test_acc and rejected metric values.
-    Only rows with status "completed" are meant to be averaged.
+    failed runs, runs off their tag's protocol (`conf_dir` composes it), superseded duplicates, completed runs
+    without test_acc and rejected metric values. Only rows with status "completed" are meant to be averaged.
     """
     paths = find_records(roots)
     runs, problems = [], []
@@ -180,8 +210,11 @@ def collect(roots: list[str | Path]) -> tuple[pd.DataFrame, list[Problem]]:
         except MalformedRecord as err:
             problems.append(Problem(path.as_posix(), "malformed", str(err)))
             continue
+        if record.get("kind") == ANALYSIS or (record.get("config") or {}).get("analysis"):
+            continue  # an analysis, or a training run made by one: results.analyses tabulates them
         run, found = parse_run(path, record)
         runs.append(run)
         problems.extend(found)
+    problems.extend(mark_drift(runs, conf_dir))
     problems.extend(mark_duplicates(runs))
     return to_long(runs), problems

@@ -1,0 +1,34 @@
+"""The analysis record: ``outputs/analyses/<name>/result.json``, one row per measured cell."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..record import git_sha, package_versions, write_json_atomic
+
+ANALYSIS_ROOT = Path("outputs/analyses")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_analysis_record(name: str, rows: list[dict[str, Any]], *, keys: list[str], config: dict[str, Any],
+                          started: float, published: str | None = None, out_root: str | Path = ANALYSIS_ROOT,
+                          notes: list[str] | None = None) -> Path:
+    """Write the record atomically and return its path.
+
+    ``keys`` name the columns that identify a row (they join ours with ``results/reference/<published>.csv``);
+    ``started`` is the ``time.time()`` at the start of the analysis; ``notes`` are shown under the table.
+    """
+    record = {
+        "kind": "analysis", "analysis": name, "status": "completed", "keys": list(keys), "rows": rows,
+        "columns": list(dict.fromkeys(column for row in rows for column in row)),  # JSON keys get sorted
+        "config": config, "published": published, "notes": list(notes or []),
+        "git_sha": git_sha(REPO), "versions": package_versions(),
+        "wall_time_s": round(time.time() - started, 2),
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    path = Path(out_root) / name / "result.json"
+    write_json_atomic(path, record)
+    return path
