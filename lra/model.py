@@ -55,15 +55,21 @@ def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     return (x * w).sum(1) / w.sum(1).clamp_min(1.0)
 
 
+POOLINGS = ("mean", "cls", "none")
+
+
 class Encoder(nn.Module):
-    """Token + learned position embeddings, ``depth`` blocks, final norm, pooled ``(B, dim)`` output."""
+    """Token + learned position embeddings, ``depth`` blocks, final norm, pooled ``(B, dim)`` output.
+
+    ``pooling="none"`` returns every position ``(B, N, dim)`` (token-level tasks such as ``ar``).
+    """
 
     def __init__(self, *, vocab_size: int, max_len: int, dim: int, depth: int, num_heads: int,
                  ffn_dim: int, dropout: float, make_attention: Callable[[int], nn.Module],
                  pooling: str = "mean"):
         super().__init__()
-        if pooling not in ("mean", "cls"):
-            raise ValueError(f"pooling must be 'mean' or 'cls', got {pooling!r}")
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
         self.pooling, self.max_len = pooling, max_len
         self.tokens = nn.Embedding(vocab_size, dim)
         self.positions = nn.Embedding(max_len + (pooling == "cls"), dim)
@@ -88,6 +94,8 @@ class Encoder(nn.Module):
         for block in self.blocks:
             x = block(x, mask) if isinstance(block, AttentionBlock) else block(x)
         x = self.norm(x)
+        if self.pooling == "none":
+            return x
         return x[:, 0] if self.cls is not None else masked_mean(x, mask)
 
 

@@ -21,10 +21,13 @@ def attention_factory(cfg: dict[str, Any], max_len: int):
     """A builder ``make(layer=0)`` of the configured attention; bad names/options become ``UserError``.
 
     Mechanisms with a ``seed`` option (fixed random features) get a distinct seed per layer and per run
-    seed, as PolySketchFormer folds the layer index into its sketch key.
+    seed, as PolySketchFormer folds the layer index into its sketch key. ``task.causal: true`` makes the
+    attention causal.
     """
     opts = dict(cfg["attention"])
     name = opts.pop("name")
+    if cfg["task"].get("causal"):  # token-level tasks that predict from the past only (ar)
+        opts["causal"] = True
     model = cfg["model"]
     seeded = "seed" in attention_zoo.options(name) if name in attention_zoo.available() else False
     base_seed = int(opts.pop("seed", 0)) if seeded else 0

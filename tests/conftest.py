@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
-torch.set_num_threads(2)
+if "OMP_NUM_THREADS" not in os.environ:  # respect a caller who limits threads on a busy machine
+    torch.set_num_threads(2)
 
 
 def assert_close(ref: torch.Tensor, out: torch.Tensor, ratio: float = 1e-4, atol: float = 1e-6, what: str = ""):
