@@ -64,3 +64,22 @@ def test_launcher_presets_compose(launcher, target):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True)
     assert cfg.hydra.launcher._target_.endswith(target)
+
+
+def test_optuna_preset_tunes_lr_and_weight_decay_towards_higher_validation_accuracy():
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["hydra/sweeper=optuna_lr_wd"], return_hydra_config=True)
+    sweeper = cfg.hydra.sweeper
+    assert sweeper._target_.endswith("OptunaSweeper") and sweeper.direction == "maximize"
+    assert set(sweeper.params) == {"task.optim.lr", "task.optim.weight_decay"}
+    assert "interval" in sweeper.params["task.optim.lr"]
+
+
+def test_run_folders_separate_run_changing_overrides_only():
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", return_hydra_config=True,
+                      overrides=["task.optim.lr=0.002", "trainer.enable_progress_bar=false", "seed=1"])
+    excluded = set(cfg.hydra.job.config.override_dirname.exclude_keys)
+    assert {"seed", "trainer.enable_progress_bar", "data_dir", "task", "attention"} <= excluded
+    assert "task.optim.lr" not in excluded
+    assert cfg.hydra.run.dir == "outputs/listops/softmax/seed1/default/task.optim.lr=0.002"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import torch
 
 from attention_zoo._mhla_model import fit_mhla, identifiability_certificate
@@ -19,15 +18,6 @@ from lra.analyses._mhla_data import (
 )
 from lra.analyses._mhla_training import CoefficientModel, MHLAStack, Summary, normalised_mse, train_adamw
 from tests.conftest import assert_close
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny LAPACK calls (pinv, eigvalsh): on a busy 2-core machine two threads make them ~100x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_convex_fit_recovers_a_random_teacher_to_float64_precision():

@@ -23,15 +23,6 @@ from attention_zoo.yat import unit
 from lra.analyses import slay_poly_factor
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small ops: one thread is several times faster than two on a loaded 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def unit_rows(n=6, d=5, seed=0):
     return unit(torch.randn(n, d, generator=torch.Generator().manual_seed(seed)))
 
