@@ -1,0 +1,75 @@
+"""Analysis records: written atomically, found by ``python -m results``, joined with published figures."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pandas as pd
+
+from lra.analyses import ar_ablation
+from lra.analyses.record import write_analysis_record
+from results.__main__ import main as results_main
+from results.analyses import analysis_table, find_analyses
+from results.collect import collect
+
+ROWS = [{"setting": "degree", "method": "llops", "p": 2, "m": 64, "d": 64, "r": None, "accuracy": 50.0},
+        {"setting": "width128", "method": "based", "p": None, "m": None, "d": 64, "r": 16, "accuracy": 40.0},
+        {"setting": "new", "method": "ours_only", "p": 1, "m": 8, "d": 8, "r": None, "accuracy": 10.0}]
+
+
+def write(tmp_path, rows=ROWS, published="llops_ar_ablation"):
+    return write_analysis_record("ar_ablation", rows, keys=["setting", "method", "p"], config={"x": 1},
+                                 started=time.time(), published=published, out_root=tmp_path, notes=["a note"])
+
+
+def test_record_keeps_row_order_and_column_order(tmp_path):
+    record = json.loads(write(tmp_path).read_text())
+    assert record["kind"] == "analysis" and record["status"] == "completed" and record["notes"] == ["a note"]
+    assert record["columns"] == ["setting", "method", "p", "m", "d", "r", "accuracy"]
+    table = analysis_table({**record, "published": None})
+    assert list(table.columns) == record["columns"] and list(table["method"]) == ["llops", "based", "ours_only"]
+
+
+def test_published_values_sit_beside_ours_joined_on_the_keys(tmp_path):
+    table = analysis_table(json.loads(write(tmp_path).read_text())).set_index(["setting", "method", "p"])
+    assert table.loc[("degree", "llops", "2"), "accuracy (published)"] == 88.7
+    assert table.loc[("degree", "llops", "2"), "accuracy"] == 50.0
+    assert table.loc[("width128", "based", ""), "accuracy (published)"] == 91.9  # blank p joins blank p
+    assert pd.isna(table.loc[("new", "ours_only", "1"), "accuracy (published)"])
+    assert pd.isna(table.loc[("degree", "llops", "6"), "accuracy"])  # published-only rows stay, blank for us
+    columns = list(table.columns)
+    assert columns.index("accuracy (published)") == columns.index("accuracy") + 1
+
+
+def test_results_command_writes_analysis_tables_and_ignores_analysis_runs(tmp_path):
+    write(tmp_path / "outputs" / "analyses")
+    run_dir = tmp_path / "outputs" / "analyses" / "ar_ablation" / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    (run_dir / "result.json").write_text(json.dumps({
+        "task": "ar", "attention": "llops", "seed": 0, "status": "completed", "config": {"analysis": "ar_ablation"},
+        "metrics": {"test_acc": 0.5}}))
+    assert set(find_analyses([tmp_path / "outputs"])) == {"ar_ablation"}
+    long, problems = collect([tmp_path / "outputs"])
+    assert long.empty and problems == []  # neither the analysis record nor its runs are LRA runs
+    assert results_main([str(tmp_path / "outputs"), "--out", str(tmp_path / "tables")]) == 0
+    markdown = (tmp_path / "tables" / "ar_ablation.md").read_text()
+    assert "accuracy (published)" in markdown and "a note" in markdown
+    assert (tmp_path / "tables" / "ar_ablation.csv").exists()
+
+
+def test_ar_ablation_rows_share_the_llops_run_of_the_narrow_width():
+    rows = ar_ablation.settings(64, (64, 96), (2, 4, 6))
+    assert [(r["setting"], r["method"]) for r in rows] == [
+        ("degree", "llops"), ("degree", "llops"), ("degree", "llops"), ("width128", "based"),
+        ("width128", "llops"), ("width192", "based"), ("width192", "llops")]
+    labels = {ar_ablation.run_label(r, 0) for r in rows}
+    assert len(labels) == 6  # degree p=4 and width128 LLoPS are one run
+    runs = {ar_ablation.run_label(r, 0): {"status": "completed", "wall_time_s": 1.0,
+                                         "metrics": {"test_acc": 0.25 + 0.01 * i, "majority_acc": 0.03}}
+            for i, r in enumerate(rows)}
+    for row in rows:
+        row["key"] = ar_ablation.run_label(row, 0)
+    table = ar_ablation.summarise(rows, {row["key"]: [runs[row["key"]]] for row in rows}, 64)
+    p4, width128 = table[1], table[4]
+    assert p4["accuracy"] == width128["accuracy"] and p4["m"] == 64 and table[3]["m"] is None
