@@ -62,7 +62,10 @@ def analysis_table(record: dict) -> pd.DataFrame:
         published[key] = published[key].map(normal_key)
         ours[key] = ours[key].map(normal_key)
     renamed = published[keys + shared].rename(columns={c: c + PUBLISHED for c in shared})
-    table = ours.merge(renamed, on=keys, how="outer", sort=False)
+    table = ours.merge(renamed, on=keys, how="left")  # our row order; published-only rows follow
+    only_published = renamed.merge(ours[keys], on=keys, how="left", indicator=True)
+    only_published = only_published[only_published["_merge"] == "left_only"].drop(columns="_merge")
+    table = pd.concat([table, only_published], ignore_index=True)
     order = list(ours.columns)
     for column in reversed(shared):
         order.insert(order.index(column) + 1, column + PUBLISHED)
