@@ -45,12 +45,14 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     model = tasks.LitModule(cfg, datamodule.vocab_size, datamodule.num_classes)
     ckpt_dir = run_dir / "checkpoints"
     checkpoint = ModelCheckpoint(dirpath=ckpt_dir, monitor="val/acc", mode="max", save_top_k=1,
-                                 filename="best-step{step}", auto_insert_metric_name=False,
-                                 save_last=cfg["checkpoint"]["save_last"])
+                                 filename="best-step{step}", auto_insert_metric_name=False)
     loggers = [TensorBoardLogger(run_dir, name="tensorboard", version=""),
                CSVLogger(run_dir, name="csv", version="")]
     resume = ckpt_dir / "last.ckpt"
     callbacks = [checkpoint, LearningRateMonitor("step"), CheckpointOnPreemption(resume)]
+    if cfg["checkpoint"]["save_last"]:  # Lightning's save_last only follows improvements; this is every validation
+        callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, filename=resume.stem, monitor=None, save_top_k=1,
+                                         enable_version_counter=False))
     trainer = pl.Trainer(**cfg["trainer"], callbacks=callbacks, logger=loggers, default_root_dir=run_dir)
     resume_path = str(resume) if resume.exists() and not trainer.fast_dev_run else None
     if resume_path:

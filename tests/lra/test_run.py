@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import attention_zoo
 from lra.train import run
@@ -37,6 +38,8 @@ def test_training_checkpoints_best_validation_and_tests_it(tiny_overrides, tmp_p
     assert record["steps"] == 8
     best = record["best_checkpoint"]
     assert best and os.path.exists(best) and (tmp_path / "checkpoints" / "last.ckpt").exists()
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert last["global_step"] == 8  # the latest validation, improved or not: a rerun resumes from the end
     log = (tmp_path / "csv" / "metrics.csv").read_text().splitlines()
     header = log[0].split(",")
     vals = [float(row.split(",")[header.index("val/acc")]) for row in log[1:]
