@@ -16,7 +16,7 @@ import pandas as pd
 from results.atomic import write_atomic
 from results.collect import ANALYSIS, find_records
 from results.markdown import markdown_table
-from results.summary import REFERENCE_DIR
+from results.summary import load_reference
 
 PUBLISHED = " (published)"
 
@@ -38,11 +38,9 @@ def find_analyses(roots: list[str | Path]) -> dict[str, tuple[Path, dict]]:
 
 
 def load_published(name: str) -> tuple[pd.DataFrame, str]:
-    """``results/reference/<name>.csv`` and its ``#`` source lines joined."""
-    path = REFERENCE_DIR / f"{name}.csv"
-    lines = path.read_text(encoding="utf-8").splitlines()
-    source = " ".join(line.lstrip("# ").strip() for line in lines if line.startswith("#"))
-    return pd.read_csv(path, comment="#"), source
+    """``results/reference/<name>.csv`` (unindexed) and its ``#`` source lines joined."""
+    frame = load_reference(name, index=None)
+    return frame, frame.attrs["source"]
 
 
 def analysis_table(record: dict) -> pd.DataFrame:

@@ -66,15 +66,16 @@ def summarize(long: pd.DataFrame) -> pd.DataFrame:
     return wide.drop(columns="_last").reset_index(drop=True)
 
 
-def load_reference(name: str = "lra_llops_table") -> pd.DataFrame:
-    """Published table `results/reference/<name>.csv`, indexed by method, values in percent.
+def load_reference(name: str = "lra_llops_table", index: str | None = "method") -> pd.DataFrame:
+    """Published table `results/reference/<name>.csv` (indexed by `index` unless None), values as printed.
 
-    The csv's leading `#` line (its source) is kept in `frame.attrs["source"]`.
+    The csv's leading `#` lines (its source) are kept in `frame.attrs["source"]`.
     """
     path = REFERENCE_DIR / f"{name}.csv"
     lines = path.read_text(encoding="utf-8").splitlines()
     source = " ".join(line.lstrip("# ").strip() for line in lines if line.startswith("#"))
-    frame = pd.read_csv(path, comment="#").set_index("method")
+    frame = pd.read_csv(path, comment="#")
+    frame = frame.set_index(index) if index else frame
     frame.attrs["source"] = source
     return frame
 
