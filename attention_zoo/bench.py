@@ -78,6 +78,8 @@ def measure(name: str, n: int, args, options: dict, device: torch.device, rate: 
             module(q, k, v, key_padding_mask=mask)
 
     def forward_backward():
+        for t in (q, k, v):
+            t.grad = None  # as in a model, where q, k, v are intermediates: no accumulation pass
         module(q, k, v, key_padding_mask=mask).sum().backward()
 
     row = {"attention": name, "length": n, "batch": args.batch, "heads": args.heads, "head_dim": args.head_dim,

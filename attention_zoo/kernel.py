@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 
 def float32_region(x: Tensor):
     """Context where autocast is off, so feature maps are computed in float32."""
     return torch.autocast(device_type=x.device.type, enabled=False)
+
+
+def at_least_float32(x: Tensor) -> Tensor:
+    """``x`` in float32, or in float64 if it already is (half precision is widened, double kept)."""
+    return x.double() if x.dtype == torch.float64 else x.float()
 
 
 def expand_key_mask(key_padding_mask: Tensor | None, x: Tensor) -> Tensor | None:
@@ -38,24 +44,60 @@ def kernel_attention(
 ) -> Tensor:
     """Normalised linear attention from features ``phi_q, phi_k`` ``(B, H, N, M)`` and ``v`` ``(B, H, N, D)``.
 
-    Computed in float32; returns ``v``'s dtype.
+    Computed in float32 (float64 for float64 inputs); returns ``v``'s dtype.
     """
     out_dtype = v.dtype
     with float32_region(v):
-        phi_q, phi_k, v = phi_q.float(), phi_k.float(), v.float()
-        mask = expand_key_mask(key_padding_mask, v)
-        if mask is not None:
-            phi_k = phi_k * mask
-            v = v * mask
-        ones = v.new_ones(v.shape[:-1] + (1,))
-        v1 = torch.cat([v, ones], dim=-1)  # (B, H, N, D + 1): last column gives the denominator
+        phi_q, phi_k, v = (at_least_float32(t) for t in (phi_q, phi_k, v))
+        v1 = values_and_ones(v, key_padding_mask)  # (B, H, N, D + 1), padded rows zero
         if causal:
             num_den = causal_products(phi_q, phi_k, v1, chunk_size)
+            out = num_den[..., :-1] / (num_den[..., -1:] + eps)
         else:
-            state = phi_k.transpose(-1, -2) @ v1  # (B, H, M, D + 1)
-            num_den = phi_q @ state
-        out = num_den[..., :-1] / (num_den[..., -1:] + eps)
+            out = _GlobalKernelAttention.apply(phi_q, phi_k, v1, eps)
     return out.to(out_dtype)
+
+
+def values_and_ones(v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+    """``[v, 1]`` ``(B, H, N, D + 1)`` with padded keys' rows zeroed: the last column sums the weights.
+
+    Zeroing ``v``'s row j removes key j from numerator and denominator whatever ``phi(k_j)`` is, so the
+    features themselves need no mask (and their gradient there is zero).
+    """
+    ones = v.new_ones(v.shape[:-1] + (1,))
+    v1 = torch.cat([v, ones], dim=-1)
+    mask = expand_key_mask(key_padding_mask, v)
+    return v1 if mask is None else v1 * mask
+
+
+class _GlobalKernelAttention(torch.autograd.Function):
+    """``num_den = phi_q (phi_k^T v1)``, ``out = num / (den + eps)`` with a hand-written backward.
+
+    Saves the features, ``v1``, the ``(M, D + 1)`` state, the output and the denominator; backward is four
+    matmuls and no ``(N, M)`` elementwise pass (autograd's chain would run several).
+    """
+
+    @staticmethod
+    def forward(ctx, phi_q: Tensor, phi_k: Tensor, v1: Tensor, eps: float) -> Tensor:
+        state = phi_k.transpose(-1, -2) @ v1  # (B, H, M, D + 1)
+        num_den = phi_q @ state  # (B, H, N, D + 1)
+        den = num_den[..., -1:] + eps
+        out = num_den[..., :-1].div_(den)
+        ctx.save_for_backward(phi_q, phi_k, v1, state, out, den)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: Tensor):
+        phi_q, phi_k, v1, state, out, den = ctx.saved_tensors
+        grad_nd = torch.empty_like(v1)  # (B, H, N, D + 1): d loss / d [num, den]
+        grad_num = torch.div(grad_out, den, out=grad_nd[..., :-1])
+        torch.sum(grad_num * out, dim=-1, keepdim=True, out=grad_nd[..., -1:]).neg_()
+        grad_q = grad_nd @ state.transpose(-1, -2) if ctx.needs_input_grad[0] else None
+        grad_state = phi_q.transpose(-1, -2) @ grad_nd  # (B, H, M, D + 1)
+        grad_k = v1 @ grad_state.transpose(-1, -2) if ctx.needs_input_grad[1] else None
+        grad_v1 = phi_k @ grad_state if ctx.needs_input_grad[2] else None
+        return grad_q, grad_k, grad_v1, None
 
 
 def causal_products(phi_q: Tensor, phi_k: Tensor, v1: Tensor, chunk_size: int) -> Tensor:
@@ -81,13 +123,13 @@ def naive_normalized_attention(
     causal: bool = False,
 ) -> Tensor:
     """Oracle: apply an explicit ``(B, H, N, N)`` weight matrix, row-normalised by its own sum + eps."""
-    weights = weights.float()
+    weights = at_least_float32(weights)
     n = weights.shape[-1]
     if key_padding_mask is not None:
-        weights = weights * key_padding_mask[:, None, None, :].float()
+        weights = weights * key_padding_mask[:, None, None, :].to(weights.dtype)
     if causal:
         weights = weights * torch.ones(n, n, dtype=torch.bool, device=weights.device).tril()
-    out = (weights @ v.float()) / (weights.sum(-1, keepdim=True) + eps)
+    out = (weights @ v.to(weights.dtype)) / (weights.sum(-1, keepdim=True) + eps)
     return out.to(v.dtype)
 
 
@@ -101,5 +143,5 @@ def naive_kernel_attention(
     causal: bool = False,
 ) -> Tensor:
     """Oracle for ``kernel_attention``: build the full weight matrix ``phi_q phi_k^T``, then normalise."""
-    weights = phi_q.float() @ phi_k.float().transpose(-1, -2)  # (B, H, N, N)
+    weights = at_least_float32(phi_q) @ at_least_float32(phi_k).transpose(-1, -2)  # (B, H, N, N)
     return naive_normalized_attention(weights, v, key_padding_mask, eps=eps, causal=causal)

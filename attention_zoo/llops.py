@@ -21,33 +21,10 @@ import math
 import torch
 from torch import Tensor, nn
 
+from ._sketch import naive_polynomial_sketch, polynomial_sketch
 from .based import BasedAttention, based_projection
-from .kernel import float32_region, kernel_attention, naive_kernel_attention
+from .kernel import at_least_float32, float32_region, kernel_attention, naive_kernel_attention
 from .registry import register
-
-
-def polynomial_sketch(x: Tensor, theta: Tensor, square: bool) -> Tensor:
-    """``sum_r prod_j x Theta_{j,r}`` (then squared) for ``x`` ``(B, H, N, d)``, ``theta`` ``(H, t, p, d, m)``.
-
-    One matmul against the concatenated Theta, then a reshaped product over j and sum over r.
-    """
-    h, t, p, d, m = theta.shape
-    flat = theta.permute(0, 3, 1, 2, 4).reshape(h, d, t * p * m)  # (H, d, t * p * m)
-    proj = (x @ flat).unflatten(-1, (t, p, m))  # (B, H, N, t, p, m)
-    phi = proj.prod(dim=-2).sum(dim=-2)  # (B, H, N, m)
-    return phi * phi if square else phi
-
-
-def naive_polynomial_sketch(x: Tensor, theta: Tensor, square: bool) -> Tensor:
-    """Oracle of ``polynomial_sketch``: one einsum per (r, j) factor, multiplied out term by term."""
-    h, t, p, d, m = theta.shape
-    phi = torch.zeros(x.shape[:-1] + (m,), dtype=torch.float64)
-    for r in range(t):
-        term = torch.ones_like(phi)
-        for j in range(p):
-            term = term * torch.einsum("bhnd,hdm->bhnm", x.double(), theta[:, r, j].double())
-        phi = phi + term
-    return phi * phi if square else phi
 
 
 @register("llops")
@@ -111,14 +88,14 @@ class LLoPSAttention(nn.Module):
         return llops
 
     def features_of(self, x: Tensor, which: str, sketch=polynomial_sketch) -> Tensor:
-        """``phi_Q`` or ``phi_K`` (``which`` in {"q", "k"}) of ``x`` ``(B, H, N, d)``, float32."""
+        """``phi_Q`` or ``phi_K`` (``which`` in {"q", "k"}) of ``x`` ``(B, H, N, d)``, at least float32."""
         theta = self.theta_q if which == "q" else self.theta_k
         with float32_region(x):
-            x = x.float()
-            parts = [sketch(x, theta.float(), self.square).float()]
+            x = at_least_float32(x)
+            parts = [sketch(x, theta.to(x.dtype), self.square).to(x.dtype)]
             if self.linear_features:
                 lin = self.linear_q if which == "q" else self.linear_k
-                parts.insert(0, x @ lin.float())
+                parts.insert(0, x @ lin.to(x.dtype))
             if self.constant:
                 parts.insert(0, x.new_ones(x.shape[:-1] + (1,)))
             return torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]

@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ._sketch import naive_polynomial_sketch, polynomial_sketch
 from .kernel import float32_region, kernel_attention, naive_normalized_attention
-from .llops import naive_polynomial_sketch, polynomial_sketch
 from .registry import register
 
 SKETCHES = ("random", "learned")
