@@ -75,22 +75,87 @@ def leave_one_out(proj: Tensor, others: Tensor, prods: Tensor) -> None:
         prods *= proj[..., j, :]
 
 
+class ChunkSketch:
+    """The sketch of one token chunk ``x_c`` ``(B H, C, d)`` and its backward, with reused buffers.
+
+    ``forward`` gives ``phi`` ``(B H, C, m)``; ``recompute`` does the same while keeping the leave-one-out
+    products, after which ``backprop(x_c, grad_phi)`` returns ``grad_x_c`` and adds into ``grad_flat``.
+    """
+
+    def __init__(self, theta: Tensor, batch: int, square: bool, need_theta: bool = False):
+        self.flat = theta_matrix(theta, batch)  # (B H, d, t p m)
+        self.rows, self.d = self.flat.shape[:2]
+        self.shape = (theta.shape[1], theta.shape[2], theta.shape[4])  # t, p, m
+        self.square, self.work = square, Workspace(theta)
+        self.grad_flat = torch.zeros_like(self.flat) if need_theta else None
+
+    def width(self) -> int:
+        t, p, m = self.shape
+        return t * p * m
+
+    def _project(self, x_c: Tensor) -> Tensor:
+        c = x_c.shape[1]
+        return torch.bmm(x_c, self.flat, out=self.work.get("proj", (self.rows, c, self.width())))
+
+    def _finish(self, phi: Tensor) -> Tensor:
+        return torch.mul(phi, phi, out=self.work.get("feature", phi.shape)) if self.square else phi
+
+    def forward(self, x_c: Tensor) -> Tensor:
+        t, p, m = self.shape
+        proj = self._project(x_c).view(self.rows, -1, t, p, m)
+        return self._finish(product_over_factors(proj, self.work.get("phi", (self.rows, x_c.shape[1], m))))
+
+    def recompute(self, x_c: Tensor) -> Tensor:
+        t, p, m = self.shape
+        c = x_c.shape[1]
+        proj = self._project(x_c).view(self.rows, c, t, p, m)
+        others = self.work.get("others", (self.rows, c, t, p, m))
+        prods = self.work.get("prods", (self.rows, c, t, m))
+        leave_one_out(proj, others, prods)
+        phi = torch.sum(prods, dim=-2, out=self.work.get("phi", (self.rows, c, m)))
+        return self._finish(phi)
+
+    def backprop(self, x_c: Tensor, grad_feature: Tensor) -> Tensor:
+        """After ``recompute(x_c)``: ``grad_x_c`` ``(B H, C, d)`` (a buffer); Theta's gradient accumulates."""
+        c = x_c.shape[1]
+        grad = grad_feature
+        if self.square:  # d(phi^2) = 2 phi d(phi)
+            grad = self.work.get("phi", (self.rows, c, self.shape[2])).mul_(grad_feature).mul_(2)
+        others = self.work.get("others", (self.rows, c, *self.shape))
+        grad_proj = others.mul_(grad[:, :, None, None, :]).view(self.rows, c, self.width())
+        if self.grad_flat is not None:
+            self.grad_flat.baddbmm_(x_c.transpose(1, 2), grad_proj)
+        return torch.bmm(grad_proj, self.flat.transpose(1, 2), out=self.work.get("grad_x", (self.rows, c, self.d)))
+
+    def grad_theta(self, batch: int) -> Tensor:
+        """Theta's gradient ``(H, t, p, d, m)`` from the accumulated ``(B H, d, t p m)`` sums."""
+        t, p, m = self.shape
+        h = self.rows // batch
+        return self.grad_flat.view(batch, h, self.d, t, p, m).sum(0).permute(0, 2, 3, 1, 4)
+
+
+def chunk_of(x: Tensor, sl: slice) -> Tensor:
+    """Tokens ``sl`` of ``x`` ``(B, H, N, e)`` as ``(B H, C, e)`` (a view when the layout allows)."""
+    b, h, _, e = x.shape
+    return x[:, :, sl].reshape(b * h, sl.stop - sl.start, e)
+
+
+def put_chunk(target: Tensor, sl: slice, values: Tensor) -> None:
+    """Write ``(B H, C, e)`` ``values`` into tokens ``sl`` of ``target`` ``(B, H, N, e)``."""
+    b, h = target.shape[:2]
+    target[:, :, sl] = values.view(b, h, sl.stop - sl.start, -1)
+
+
 class _PolynomialSketch(torch.autograd.Function):
     """Chunked forward; backward recomputes each chunk's projections (see module docstring)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, theta: Tensor, square: bool, chunk_bytes: int) -> Tensor:
-        b, h, n, d = x.shape
-        t, p, m = theta.shape[1], theta.shape[2], theta.shape[4]
-        flat = theta_matrix(theta, b)  # (B H, d, t p m)
-        out = x.new_empty(b, h, n, m)
-        work = Workspace(x)
-        for sl in token_chunks(n, b * h, t * p * m, x.element_size(), chunk_bytes):
-            c = sl.stop - sl.start
-            proj = work.get("proj", (b * h, c, t * p * m))
-            torch.bmm(x[:, :, sl].reshape(b * h, c, d), flat, out=proj)
-            phi = product_over_factors(proj.view(b * h, c, t, p, m), work.get("phi", (b * h, c, m)))
-            out[:, :, sl] = (phi * phi if square else phi).view(b, h, c, m)
+        b, h, n, _ = x.shape
+        sketch = ChunkSketch(theta, b, square)
+        out = x.new_empty(b, h, n, theta.shape[-1])
+        for sl in token_chunks(n, b * h, sketch.width(), x.element_size(), chunk_bytes):
+            put_chunk(out, sl, sketch.forward(chunk_of(x, sl)))
         ctx.save_for_backward(x, theta)
         ctx.square, ctx.chunk_bytes = square, chunk_bytes
         return out
@@ -99,33 +164,17 @@ class _PolynomialSketch(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
         x, theta = ctx.saved_tensors
-        b, h, n, d = x.shape
-        _, t, p, _, m = theta.shape
+        b, h, n, _ = x.shape
         need_x, need_theta = ctx.needs_input_grad[:2]
-        flat = theta_matrix(theta, b)  # (B H, d, t p m)
+        sketch = ChunkSketch(theta, b, ctx.square, need_theta)
         grad_x = torch.empty_like(x) if need_x else None
-        grad_flat = torch.zeros_like(flat) if need_theta else None
-        work = Workspace(x)
-        for sl in token_chunks(n, b * h, t * p * m, x.element_size(), ctx.chunk_bytes):
-            c = sl.stop - sl.start
-            x_c = x[:, :, sl].reshape(b * h, c, d)
-            proj = torch.bmm(x_c, flat, out=work.get("proj", (b * h, c, t * p * m)))
-            others = work.get("others", (b * h, c, t, p, m))
-            prods = work.get("prods", (b * h, c, t, m))
-            leave_one_out(proj.view(b * h, c, t, p, m), others, prods)
-            grad = grad_out[:, :, sl].reshape(b * h, c, m)
-            if ctx.square:  # d(phi^2) = 2 phi d(phi)
-                grad = torch.sum(prods, dim=-2, out=work.get("phi", (b * h, c, m))).mul_(grad).mul_(2)
-            grad_proj = others.mul_(grad[:, :, None, None, :]).view(b * h, c, t * p * m)
+        for sl in token_chunks(n, b * h, sketch.width(), x.element_size(), ctx.chunk_bytes):
+            x_c = chunk_of(x, sl)
+            sketch.recompute(x_c)
+            grad_x_c = sketch.backprop(x_c, chunk_of(grad_out, sl))
             if need_x:
-                gx = torch.bmm(grad_proj, flat.transpose(1, 2), out=work.get("grad_x", (b * h, c, d)))
-                grad_x[:, :, sl] = gx.view(b, h, c, d)
-            if need_theta:
-                grad_flat.baddbmm_(x_c.transpose(1, 2), grad_proj)
-        grad_theta = None
-        if need_theta:
-            grad_theta = grad_flat.view(b, h, d, t, p, m).sum(0).permute(0, 2, 3, 1, 4)
-        return grad_x, grad_theta, None, None
+                put_chunk(grad_x, sl, grad_x_c)
+        return grad_x, sketch.grad_theta(b) if need_theta else None, None, None
 
 
 def polynomial_sketch(x: Tensor, theta: Tensor, square: bool, chunk_bytes: int = CHUNK_BYTES) -> Tensor:

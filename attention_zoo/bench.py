@@ -25,6 +25,25 @@ FIG2 = {"names": ["softmax", "linear", "based", "llops", "polysketch"], "head_di
         "lengths": [1024, 2048, 4096, 6144, 8192, 10240], "options": {"llops": {"degree": 2}}}
 
 
+def reuse_freed_memory() -> bool:
+    """Make glibc keep freed memory for reuse (no mmap/trim), as CUDA's caching allocator does.
+
+    By default glibc serves every allocation over 32 MB with a fresh mmap, so a memory-bound method pays
+    page faults on each large tensor and looks superlinear once its tensors cross 32 MB. Returns False
+    where there is no glibc.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name or "libc.so.6")
+        mmap_threshold, trim_threshold = -3, -1  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD (malloc.h)
+        return bool(libc.mallopt(mmap_threshold, 2**30) and libc.mallopt(trim_threshold, 2**31 - 1))
+    except (OSError, AttributeError):
+        return False
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -142,6 +161,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--set", action="append", default=[], metavar="NAME.OPTION=VALUE",
                         help="an attention option, e.g. --set llops.features=64 (repeatable)")
     parser.add_argument("--paper-fig2", action="store_true", help="LLoPS Fig. 2: head_dim 128, 1k-10k, p=2")
+    parser.add_argument("--reuse-memory", action="store_true",
+                        help="CPU: keep freed memory for reuse (glibc mallopt) instead of a fresh mmap per "
+                             "tensor over 32 MB, whose page faults otherwise dominate memory-bound methods")
     parser.add_argument("--out", default="results/tables/bench", help="folder for the CSV and PNG")
     return parser.parse_args(argv)
 
@@ -177,8 +199,12 @@ def main(argv=None) -> int:
     if unknown:
         raise SystemExit(f"unknown attention(s) {', '.join(unknown)}; valid: {', '.join(attention_zoo.available())}")
     device = torch.device(args.device)
+    allocator = "default"
+    if args.reuse_memory and device.type == "cpu":
+        allocator = "reuse (mallopt)" if reuse_freed_memory() else "default (mallopt unavailable)"
     rate = matmul_rate(device)
-    print(f"matmul rate on {device}: {rate / 1e9:.1f} GFLOP/s (fp32, threads={torch.get_num_threads()})")
+    print(f"matmul rate on {device}: {rate / 1e9:.1f} GFLOP/s (fp32, threads={torch.get_num_threads()}, "
+          f"allocator {allocator})")
     rows = []
     for n in args.lengths:
         for name in names:
@@ -190,7 +216,8 @@ def main(argv=None) -> int:
     frame = pd.DataFrame(rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = "fig2" if args.paper_fig2 else f"bench_{args.device}"
+    frame["allocator"] = allocator
+    stem = ("fig2" if args.paper_fig2 else f"bench_{args.device}") + ("_reuse" if args.reuse_memory else "")
     frame.to_csv(out / f"{stem}.csv", index=False)
     plot(frame, out / f"{stem}.png")
     show = ["attention", "length", "fwd_bwd_s", "vs_linear", "vs_softmax", "memory_mb", "matmul_fraction"]

@@ -22,8 +22,9 @@ import torch
 from torch import Tensor, nn
 
 from ._sketch import naive_polynomial_sketch, polynomial_sketch
+from ._sketch_attention import sketch_attention
 from .based import BasedAttention, based_projection
-from .kernel import at_least_float32, float32_region, kernel_attention, naive_kernel_attention
+from .kernel import at_least_float32, float32_region, kernel_attention, naive_kernel_attention, values_and_ones
 from .registry import register
 
 
@@ -101,6 +102,13 @@ class LLoPSAttention(nn.Module):
             return torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        if not (self.causal or self.constant or self.linear_features):  # fused: no (N, m) tensor at all
+            with float32_region(v):
+                q, k = at_least_float32(q), at_least_float32(k)
+                v1 = values_and_ones(at_least_float32(v), key_padding_mask)
+                out = sketch_attention(q, k, v1, self.theta_q.to(q.dtype), self.theta_k.to(q.dtype),
+                                       square=self.square, eps=self.eps)
+            return out.to(v.dtype)
         return kernel_attention(self.features_of(q, "q"), self.features_of(k, "k"), v, key_padding_mask,
                                 eps=self.eps, causal=self.causal, chunk_size=self.chunk_size)
 

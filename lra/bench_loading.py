@@ -44,9 +44,10 @@ class LoadingTimer(pl.Callback):
         self._last_end = now
 
 
-def compose_config(overrides: list[str]) -> dict:
-    if not any(o.startswith("experiment=") for o in overrides):
-        overrides = ["experiment=quick", *overrides]
+def compose_config(overrides: list[str], default_experiment: str | None = "quick") -> dict:
+    """The config ``run.py`` would compose, with ``default_experiment`` unless one is given."""
+    if default_experiment and not any(o.startswith("experiment=") for o in overrides):
+        overrides = [f"experiment={default_experiment}", *overrides]
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return OmegaConf.to_container(compose(config_name="config", overrides=overrides), resolve=True)
 

@@ -1,0 +1,125 @@
+"""Whole training steps per task and attention: ``python -m lra.bench_step [--tasks ...] [--attentions ...]``.
+
+For each task and attention, the model of ``python run.py task=<task> attention=<attention>`` (the full
+protocol's shapes unless ``--experiment`` or ``--batch`` say otherwise) trains ``--steps`` Lightning
+steps on one in-memory batch of full-length random tokens, so no data loading is timed
+(``python -m lra.bench_loading`` measures that on real data). The same model with every attention replaced
+by a pass-through (``out = v``) is timed the same way: that is the cost of everything outside attention
+(embeddings, masks, projections, FFN, loss, optimizer, Lightning). Prints step time, tokens per second and
+the share of the step spent in attention; writes a CSV. A benchmark, not a test: run it on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor, nn
+
+from lra.bench_loading import LoadingTimer, compose_config
+from lra.errors import UserError
+from lra.model import AttentionBlock
+from lra.train import task_module
+
+TASKS = ["listops", "text", "retrieval", "image", "pathfinder"]
+ATTENTIONS = ["softmax", "linear", "based", "llops"]
+VOCAB = 256  # embedding rows; the step time does not depend on it
+
+
+class PassThrough(nn.Module):
+    """``out = v``: an attention of zero cost, to time the rest of the model."""
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        return v
+
+
+def synthetic_batch(cfg: dict, batch_size: int, generator: torch.Generator) -> dict[str, Tensor]:
+    """Full-length random tokens and labels shaped like the task's batches."""
+    task = cfg["task"]
+    length = int(task.get("seq_len", task["max_len"]))
+
+    def tokens() -> Tensor:
+        return torch.randint(1, VOCAB, (batch_size, length), generator=generator)
+
+    lengths = torch.full((batch_size,), length)
+    batch = {"tokens": tokens(), "lengths": lengths,
+             "labels": torch.randint(0, int(task["num_classes"]), (batch_size,), generator=generator)}
+    if task["name"] == "retrieval":
+        batch.update(tokens2=tokens(), lengths2=lengths.clone())
+    if task["name"] == "ar":
+        batch["targets"] = torch.randint(0, int(task["num_classes"]), (batch_size, length), generator=generator)
+    return batch
+
+
+def step_seconds(cfg: dict, batch: dict[str, Tensor], steps: int, warmup: int, pass_through: bool) -> float:
+    """Median seconds of one Lightning training step (after ``warmup`` steps) on ``batch`` repeated."""
+    pl.seed_everything(cfg["seed"], verbose=False)
+    model = task_module(cfg["task"]["name"]).LitModule(cfg, VOCAB, int(cfg["task"]["num_classes"]))
+    if pass_through:
+        for block in model.encoder.blocks:
+            if isinstance(block, AttentionBlock):
+                block.attention = PassThrough()
+    timer = LoadingTimer(skip=warmup)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=warmup + steps + 1, limit_val_batches=0,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[timer], num_sanity_val_steps=0)
+    loader = torch.utils.data.DataLoader([batch] * (warmup + steps + 1), batch_size=None)
+    trainer.fit(model, train_dataloaders=loader)
+    return float(torch.tensor(timer.steps).median())
+
+
+def measure(task: str, attention: str, args) -> dict:
+    overrides = [f"task={task}", f"attention={attention}", *args.overrides]
+    if args.experiment:
+        overrides.append(f"experiment={args.experiment}")
+    cfg = compose_config(overrides, default_experiment=None)
+    batch_size = args.batch or int(cfg["task"]["batch_size"])
+    batch = synthetic_batch(cfg, batch_size, torch.Generator().manual_seed(0))
+    tokens = int(batch["lengths"].sum()) + int(batch.get("lengths2", torch.zeros(1)).sum())
+    step = step_seconds(cfg, batch, args.steps, args.warmup, pass_through=False)
+    rest = step_seconds(cfg, batch, args.steps, args.warmup, pass_through=True)
+    return {"task": task, "attention": attention, "batch": batch_size, "length": batch["tokens"].shape[1],
+            "step_ms": 1e3 * step, "tokens_per_s": tokens / step, "rest_ms": 1e3 * rest,
+            "attention_share": 1 - rest / step}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import pandas as pd
+
+    parser = argparse.ArgumentParser(prog="python -m lra.bench_step", description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", nargs="+", default=TASKS)
+    parser.add_argument("--attentions", nargs="+", default=ATTENTIONS)
+    parser.add_argument("--batch", type=int, default=None, help="batch size (default: the task's)")
+    parser.add_argument("--experiment", default=None, help="e.g. quick (default: the full protocol)")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps (median reported)")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--out", default="results/tables/bench")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run, e.g. model.depth=4")
+    args = parser.parse_args(argv)
+    logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)  # one Trainer per measurement
+    rows = []
+    try:
+        for task in args.tasks:
+            for attention in args.attentions:
+                rows.append(measure(task, attention, args))
+                r = rows[-1]
+                print(f"{task:>10} {attention:>8}: {r['step_ms']:8.1f} ms a step, {r['tokens_per_s']:9.0f} tokens/s, "
+                      f"rest {r['rest_ms']:7.1f} ms, attention {100 * r['attention_share']:5.1f}%", flush=True)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    frame = pd.DataFrame(rows)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(out / "step_cpu.csv", index=False)
+    print(frame.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    print(f"wrote {out / 'step_cpu.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

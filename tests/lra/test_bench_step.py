@@ -1,0 +1,27 @@
+"""The training-step benchmark runs end to end on tiny shapes (no timing is asserted)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from lra import bench_step
+
+
+def test_bench_step_times_each_task_and_attention_and_the_pass_through_model(tmp_path, capsys):
+    code = bench_step.main(["--tasks", "listops", "retrieval", "--attentions", "linear", "llops", "--batch", "2",
+                            "--steps", "1", "--warmup", "0", "--experiment", "quick", "--out", str(tmp_path)])
+    assert code == 0
+    frame = pd.read_csv(tmp_path / "step_cpu.csv")
+    assert list(frame[["task", "attention"]].itertuples(index=False, name=None)) == [
+        ("listops", "linear"), ("listops", "llops"), ("retrieval", "linear"), ("retrieval", "llops")]
+    assert (frame["step_ms"] > 0).all() and (frame["rest_ms"] > 0).all()
+    retrieval = frame[frame.task == "retrieval"].iloc[0]
+    assert retrieval["tokens_per_s"] * retrieval["step_ms"] / 1e3 == pytest.approx(2 * 2 * retrieval["length"])
+    assert "tokens/s" in capsys.readouterr().out
+
+
+def test_synthetic_batch_is_full_length_real_tokens():
+    cfg = bench_step.compose_config(["task=listops", "attention=llops", "experiment=quick"], default_experiment=None)
+    batch = bench_step.synthetic_batch(cfg, 2, bench_step.torch.Generator().manual_seed(0))
+    assert batch["tokens"].shape == (2, cfg["task"]["max_len"]) and (batch["tokens"] > 0).all()
