@@ -57,9 +57,15 @@ def test_sketch_refuses_mismatched_shapes():
         polynomial_sketch(torch.randn(2, 3, 4, 5), torch.randn(2, 1, 2, 5, 6), True)
 
 
-def test_llops_parameter_gradients_match_the_oracle():
-    llops = attention_zoo.build("llops", head_dim=8, num_heads=2, degree=4, features=12, rank=2,
-                                linear_features=3, constant=True).double()
+LLOPS_PATHS = {"fused": {}, "fused, rank 2, unsquared": {"rank": 2, "square": False},
+               "features then kernel attention": {"rank": 2, "linear_features": 3, "constant": True},
+               "causal": {"causal": True}}
+
+
+@pytest.mark.parametrize("path", LLOPS_PATHS)
+def test_llops_parameter_gradients_match_the_oracle(path):
+    llops = attention_zoo.build("llops", head_dim=8, num_heads=2, degree=4, features=12,
+                                **LLOPS_PATHS[path]).double()
     q, k, v, mask = (t.double() if t.is_floating_point() else t for t in random_qkv_mask(h=2))
     grads = []
     for run in (llops, llops.naive):
@@ -79,3 +85,14 @@ def test_global_kernel_attention_gradients_match_the_explicit_weights(masked):
     assert torch.autograd.gradcheck(lambda a, b, c: kernel_attention(a, b, c, mask), inputs)
     out = kernel_attention(*inputs, mask)
     assert_close(naive_kernel_attention(phi_q, phi_k, v, mask), out, ratio=1e-12)
+
+
+def test_fused_llops_keeps_no_feature_sized_tensor_for_backward():
+    """Memory O(N d): nothing of size N x m (m = 64 features > d + 1 = 9) is saved."""
+    b, h, n, d, m = 2, 2, 512, 8, 64  # Theta (h p d m = 4096 numbers) is smaller than N (d + 1)
+    llops = attention_zoo.build("llops", head_dim=d, num_heads=h, features=m)
+    q, k, v = (torch.randn(b, h, n, d, requires_grad=True) for _ in range(3))
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+        llops(q, k, v, torch.ones(b, n, dtype=torch.bool))
+    assert max(saved) <= b * h * n * (d + 1) < b * h * n * m
