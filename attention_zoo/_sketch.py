@@ -64,15 +64,26 @@ def product_over_factors(proj: Tensor, out: Tensor) -> Tensor:
 
 
 def leave_one_out(proj: Tensor, others: Tensor, prods: Tensor) -> None:
-    """``others[..., j, :] = prod_{i != j} proj[..., i, :]`` and ``prods = prod_i proj[..., i, :]`` over dim -2."""
+    """``others[..., j, :] = prod_{i != j} proj[..., i, :]`` and ``prods = prod_i proj[..., i, :]`` over dim -2.
+
+    Prefix products fill ``others[1:]``; the suffix products run in ``others[0]``, which ends as its own
+    leave-one-out product. No division, so zero factors are exact.
+    """
     p = proj.shape[-2]
-    others[..., 0, :] = 1
-    for j in range(1, p):
-        torch.mul(others[..., j - 1, :], proj[..., j - 1, :], out=others[..., j, :])
-    prods.copy_(proj[..., p - 1, :])
-    for j in range(p - 2, -1, -1):
-        others[..., j, :] *= prods
-        prods *= proj[..., j, :]
+    a = [proj[..., j, :] for j in range(p)]
+    o = [others[..., j, :] for j in range(p)]
+    if p == 1:
+        o[0].fill_(1)
+        prods.copy_(a[0])
+        return
+    o[1].copy_(a[0])
+    for j in range(2, p):
+        torch.mul(o[j - 1], a[j - 1], out=o[j])
+    o[0].copy_(a[p - 1])
+    for j in range(p - 2, 0, -1):
+        o[j].mul_(o[0])
+        o[0].mul_(a[j])
+    torch.mul(o[0], a[0], out=prods)
 
 
 class ChunkSketch:
@@ -112,20 +123,22 @@ class ChunkSketch:
         others = self.work.get("others", (self.rows, c, t, p, m))
         prods = self.work.get("prods", (self.rows, c, t, m))
         leave_one_out(proj, others, prods)
-        phi = torch.sum(prods, dim=-2, out=self.work.get("phi", (self.rows, c, m)))
+        phi = prods[:, :, 0] if t == 1 else torch.sum(prods, dim=-2, out=self.work.get("phi", (self.rows, c, m)))
+        self.phi = phi
         return self._finish(phi)
 
     def backprop(self, x_c: Tensor, grad_feature: Tensor) -> Tensor:
         """After ``recompute(x_c)``: ``grad_x_c`` ``(B H, C, d)`` (a buffer); Theta's gradient accumulates."""
         c = x_c.shape[1]
-        grad = grad_feature
-        if self.square:  # d(phi^2) = 2 phi d(phi)
-            grad = self.work.get("phi", (self.rows, c, self.shape[2])).mul_(grad_feature).mul_(2)
+        grad, scale = grad_feature, 1
+        if self.square:  # d(phi^2) = 2 phi d(phi); the 2 is applied in the matmuls
+            grad, scale = self.phi.mul_(grad_feature), 2
         others = self.work.get("others", (self.rows, c, *self.shape))
         grad_proj = others.mul_(grad[:, :, None, None, :]).view(self.rows, c, self.width())
         if self.grad_flat is not None:
-            self.grad_flat.baddbmm_(x_c.transpose(1, 2), grad_proj)
-        return torch.bmm(grad_proj, self.flat.transpose(1, 2), out=self.work.get("grad_x", (self.rows, c, self.d)))
+            self.grad_flat.baddbmm_(x_c.transpose(1, 2), grad_proj, alpha=scale)
+        grad_x = self.work.get("grad_x", (self.rows, c, self.d))
+        return torch.baddbmm(grad_x, grad_proj, self.flat.transpose(1, 2), beta=0, alpha=scale, out=grad_x)
 
     def grad_theta(self, batch: int) -> Tensor:
         """Theta's gradient ``(H, t, p, d, m)`` from the accumulated ``(B H, d, t p m)`` sums."""

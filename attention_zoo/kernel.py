@@ -64,10 +64,10 @@ def values_and_ones(v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
     Zeroing ``v``'s row j removes key j from numerator and denominator whatever ``phi(k_j)`` is, so the
     features themselves need no mask (and their gradient there is zero).
     """
-    ones = v.new_ones(v.shape[:-1] + (1,))
-    v1 = torch.cat([v, ones], dim=-1)
-    mask = expand_key_mask(key_padding_mask, v)
-    return v1 if mask is None else v1 * mask
+    v1 = torch.cat([v, v.new_ones(v.shape[:-1] + (1,))], dim=-1)
+    if key_padding_mask is None:
+        return v1
+    return v1.masked_fill_(~key_padding_mask[:, None, :, None], 0)  # in place: cat's backward needs no output
 
 
 class _GlobalKernelAttention(torch.autograd.Function):
