@@ -25,6 +25,18 @@ FIG2 = {"names": ["softmax", "linear", "based", "llops", "polysketch"], "head_di
         "lengths": [1024, 2048, 4096, 6144, 8192, 10240], "options": {"llops": {"degree": 2}}}
 
 
+
+
+def accumulate_flops(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    """FLOPs of ``self += a @ b`` (2 per multiply-add), batched or not."""
+    *batch, m, k = a_shape
+    return 2 * m * k * b_shape[-1] * (batch[0] if batch else 1)
+
+
+# the counter keys formulas by op name, so in-place accumulations (state += phi^T v) would count as 0
+IN_PLACE_FLOPS = {torch.ops.aten.baddbmm_: accumulate_flops, torch.ops.aten.addmm_: accumulate_flops}
+
+
 def reuse_freed_memory() -> bool:
     """Make glibc keep freed memory for reuse (no mmap/trim), as CUDA's caching allocator does.
 
@@ -105,7 +117,7 @@ def measure(name: str, n: int, args, options: dict, device: torch.device, rate: 
            "options": ";".join(f"{k}={v}" for k, v in options.items())}
     row["forward_s"] = median_time(forward, device, args.repeats, args.warmup)
     row["fwd_bwd_s"] = median_time(forward_backward, device, args.repeats, args.warmup)
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False, custom_mapping=IN_PLACE_FLOPS) as counter:
         forward_backward()
     flops = counter.get_total_flops() or float("nan")  # NaN: an op the counter cannot see (CPU SDPA)
     row["fwd_bwd_gflop"] = flops / 1e9
