@@ -34,5 +34,25 @@ class CheckpointOnPreemption(pl.Callback):
             log.warning("preempted during validation at step %d; resume from the previous %s",
                         trainer.global_step, self.path)
             return
+        if at_epoch_end(trainer):
+            start_next_epoch(trainer)
         trainer.save_checkpoint(self.path)
         log.warning("preempted at step %d: saved %s; rerun the same command to resume", trainer.global_step, self.path)
+
+
+def at_epoch_end(trainer: pl.Trainer) -> bool:
+    """Stopped between epochs: the last epoch is counted complete and the next has not started."""
+    epochs = trainer.fit_loop.epoch_progress.current
+    return epochs.completed == epochs.started
+
+
+def start_next_epoch(trainer: pl.Trainer) -> None:
+    """Zero the per-epoch counters as the next epoch's start would.
+
+    Lightning 2.6 keeps them when it restores a checkpoint, so one saved between epochs would resume with
+    the finished epoch's batch count: the next epoch would end after one batch and the data order shift.
+    """
+    epoch_loop = trainer.fit_loop.epoch_loop
+    epoch_loop.batch_progress.reset_on_run()
+    epoch_loop.scheduler_progress.reset_on_run()
+    epoch_loop.automatic_optimization.optim_progress.reset_on_run()

@@ -1,4 +1,4 @@
-"""Nothing is lost: a run killed with SIGKILL after a checkpoint resumes to exactly the same result."""
+"""Nothing is lost: a run stopped by SIGKILL or SIGTERM resumes to exactly the uninterrupted result."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ import time
 
 import pytest
 import torch
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
+from lra.callbacks import CheckpointOnPreemption
 from lra.sampling import EpochSampler
-from tests.lra.conftest import ROOT, TINY
+from lra.train import run
+from tests.lra.conftest import ROOT, TINY, compose_config
 
 
 def test_epoch_sampler_is_a_function_of_seed_and_epoch_and_resumes_mid_epoch():
@@ -83,8 +86,8 @@ def test_sigkill_after_first_checkpoint_then_rerun_gives_the_uninterrupted_resul
 
 
 def test_sigterm_saves_a_checkpoint_exits_cleanly_and_the_rerun_completes(tiny_data_dir, tmp_path):
-    """Preemption: a checkpoint at the end of the batch, exit 143, an ``interrupted`` record, and a rerun
-    that resumes and completes. (Exact equality after a mid-interval SIGTERM is not guaranteed yet.)"""
+    """Preemption from outside, at a random moment: a checkpoint at the end of the batch, exit 143, an
+    ``interrupted`` record, and a rerun that resumes and completes (exactness: the in-process test below)."""
     stopped = start_and_stop_after_first_checkpoint(tmp_path, tiny_data_dir, signal.SIGTERM)
     assert stopped.returncode == 143 and "rerun the same command to resume" in stopped.stderr
     assert "Traceback" not in stopped.stderr
@@ -95,3 +98,38 @@ def test_sigterm_saves_a_checkpoint_exits_cleanly_and_the_rerun_completes(tiny_d
     assert "resuming from" in resumed.stdout + resumed.stderr
     record = json.loads((tmp_path / "result.json").read_text())
     assert record["status"] == "completed" and record["steps"] == 120
+
+
+def in_process_config(data_dir) -> dict:
+    """``command``'s run, shorter: 160 examples in batches of 32 (5 per epoch), validation every 7 steps."""
+    return compose_config(["attention=linear", "experiment=quick", f"data_dir={data_dir}", *TINY, "task.max_steps=40",
+                           "task.eval_every=7", "trainer.enable_progress_bar=false"])
+
+
+@pytest.fixture(scope="module")
+def in_process_reference(tiny_data_dir, tmp_path_factory) -> dict:
+    return run(in_process_config(tiny_data_dir), tmp_path_factory.mktemp("in_process_reference"))["metrics"]
+
+
+@pytest.mark.parametrize("hook, step", [("on_train_batch_start", 11), ("on_train_batch_start", 9),
+                                        ("on_validation_batch_start", 14)],
+                         ids=["mid-epoch", "last batch of an epoch", "inside validation"])
+def test_sigterm_at_any_point_then_rerun_gives_the_uninterrupted_result(hook, step, in_process_reference,
+                                                                         tiny_data_dir, tmp_path, monkeypatch):
+    """SIGTERM sent to itself while step ``step`` trains (or validates), then the same run again."""
+
+    def send_sigterm(self, trainer, *args, **kwargs):
+        if trainer.global_step == step and not getattr(self, "sent", False):
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    cfg = in_process_config(tiny_data_dir)
+    with monkeypatch.context() as patch:
+        patch.setattr(CheckpointOnPreemption, hook, send_sigterm, raising=False)
+        with pytest.raises(SIGTERMException):
+            run(cfg, tmp_path)
+    assert json.loads((tmp_path / "result.json").read_text())["status"] == "interrupted"
+    got = run(cfg, tmp_path)
+    assert got["steps"] == 40
+    for metric in ("val_acc", "test_acc", "test_loss"):
+        assert got["metrics"][metric] == in_process_reference[metric], metric
