@@ -12,12 +12,13 @@ from typing import Any
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
-from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
+from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from .callbacks import CheckpointOnPreemption
 from .errors import UserError
+from .loggers import ResumableCSVLogger
 from .module import attention_factory
 from .record import git_sha, package_versions, write_json_atomic
 
@@ -47,7 +48,7 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     checkpoint = ModelCheckpoint(dirpath=ckpt_dir, monitor="val/acc", mode="max", save_top_k=1,
                                  filename="best-step{step}", auto_insert_metric_name=False)
     loggers = [TensorBoardLogger(run_dir, name="tensorboard", version=""),
-               CSVLogger(run_dir, name="csv", version="")]
+               ResumableCSVLogger(run_dir, name="csv", version="")]
     resume = ckpt_dir / "last.ckpt"
     callbacks = [checkpoint, LearningRateMonitor("step"), CheckpointOnPreemption(resume)]
     if cfg["checkpoint"]["save_last"]:  # Lightning's save_last only follows improvements; this is every validation

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -100,10 +101,14 @@ def test_sigterm_saves_a_checkpoint_exits_cleanly_and_the_rerun_completes(tiny_d
     assert record["status"] == "completed" and record["steps"] == 120
 
 
+LOG_EVERY = 2
+
+
 def in_process_config(data_dir) -> dict:
     """``command``'s run, shorter: 160 examples in batches of 32 (5 per epoch), validation every 7 steps."""
     return compose_config(["attention=linear", "experiment=quick", f"data_dir={data_dir}", *TINY, "task.max_steps=40",
-                           "task.eval_every=7", "trainer.enable_progress_bar=false"])
+                           "task.eval_every=7", "trainer.enable_progress_bar=false",
+                           f"trainer.log_every_n_steps={LOG_EVERY}"])
 
 
 @pytest.fixture(scope="module")
@@ -131,5 +136,8 @@ def test_sigterm_at_any_point_then_rerun_gives_the_uninterrupted_result(hook, st
     assert json.loads((tmp_path / "result.json").read_text())["status"] == "interrupted"
     got = run(cfg, tmp_path)
     assert got["steps"] == 40
+    with (tmp_path / "csv" / "metrics.csv").open(newline="") as file:  # the interrupted run's rows are kept
+        logged = [int(row["step"]) for row in csv.DictReader(file) if row.get("train/loss")]
+    assert logged == list(range(LOG_EVERY - 1, 40, LOG_EVERY))  # Lightning logs after every LOG_EVERY steps
     for metric in ("val_acc", "test_acc", "test_loss"):
         assert got["metrics"][metric] == in_process_reference[metric], metric
