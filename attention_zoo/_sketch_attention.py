@@ -51,18 +51,20 @@ class _SketchAttention(torch.autograd.Function):
         grad_q, grad_k, grad_v1 = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v1)
         grad_state = torch.zeros_like(state)  # (B H, m, D + 1)
         grad_nd = q.new_empty(rows, chunks[0].stop, width)  # d loss / d [num, den] of a chunk
+        state_t = state.transpose(1, 2).contiguous()  # (B H, D + 1, m): contiguous operands are faster
         for sl in chunks:
             g = grad_nd[:, : sl.stop - sl.start]
             grad_num = torch.div(chunk_of(grad_out, sl), chunk_of(den, sl), out=g[..., :-1])
-            torch.sum(grad_num * chunk_of(out, sl), dim=-1, keepdim=True, out=g[..., -1:]).neg_()
+            g[..., -1] = torch.linalg.vecdot(grad_num, chunk_of(out, sl)).neg_()
             q_c = chunk_of(q, sl)
             grad_state.baddbmm_(sketch_q.recompute(q_c).transpose(1, 2), g)
-            put_chunk(grad_q, sl, sketch_q.backprop(q_c, g @ state.transpose(1, 2)))
+            put_chunk(grad_q, sl, sketch_q.backprop(q_c, g @ state_t))
+        grad_state_t = grad_state.transpose(1, 2).contiguous()
         for sl in chunks:
             k_c, v1_c = chunk_of(k, sl), chunk_of(v1, sl)
             phi_k = sketch_k.recompute(k_c)
             put_chunk(grad_v1, sl, phi_k @ grad_state)
-            put_chunk(grad_k, sl, sketch_k.backprop(k_c, v1_c @ grad_state.transpose(1, 2)))
+            put_chunk(grad_k, sl, sketch_k.backprop(k_c, v1_c @ grad_state_t))
         grad_theta_q = sketch_q.grad_theta(b) if need[3] else None
         grad_theta_k = sketch_k.grad_theta(b) if need[4] else None
         return grad_q, grad_k, grad_v1, grad_theta_q, grad_theta_k, None, None, None
