@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-CHUNK_BYTES = 2**21  # projections per chunk: well inside one core's L2 cache
+CHUNK_BYTES = 2**21  # projections per chunk: of 1-16 MiB, 2 MiB was fastest here (1 MiB L2 per core)
 
 
 def theta_matrix(theta: Tensor, batch: int) -> Tensor:
