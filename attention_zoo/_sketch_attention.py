@@ -15,6 +15,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ._sketch import CHUNK_BYTES, ChunkSketch, chunk_of, put_chunk, token_chunks
+from .kernel import normalization_backward
 
 
 class _SketchAttention(torch.autograd.Function):
@@ -53,9 +54,8 @@ class _SketchAttention(torch.autograd.Function):
         grad_nd = q.new_empty(rows, chunks[0].stop, width)  # d loss / d [num, den] of a chunk
         state_t = state.transpose(1, 2).contiguous()  # (B H, D + 1, m): contiguous operands are faster
         for sl in chunks:
-            g = grad_nd[:, : sl.stop - sl.start]
-            grad_num = torch.div(chunk_of(grad_out, sl), chunk_of(den, sl), out=g[..., :-1])
-            g[..., -1] = torch.linalg.vecdot(grad_num, chunk_of(out, sl)).neg_()
+            g = normalization_backward(chunk_of(grad_out, sl), chunk_of(out, sl), chunk_of(den, sl),
+                                       grad_nd[:, : sl.stop - sl.start])
             q_c = chunk_of(q, sl)
             grad_state.baddbmm_(sketch_q.recompute(q_c).transpose(1, 2), g)
             put_chunk(grad_q, sl, sketch_q.backprop(q_c, g @ state_t))

@@ -70,6 +70,13 @@ def values_and_ones(v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
     return v1.masked_fill_(~key_padding_mask[:, None, :, None], 0)  # in place: cat's backward needs no output
 
 
+def normalization_backward(grad_out: Tensor, out: Tensor, den: Tensor, into: Tensor) -> Tensor:
+    """``d loss / d [num, den]`` of ``out = num / den`` written into ``into`` ``(..., D + 1)``."""
+    grad_num = torch.div(grad_out, den, out=into[..., :-1])
+    into[..., -1] = torch.linalg.vecdot(grad_num, out).neg_()
+    return into
+
+
 class _GlobalKernelAttention(torch.autograd.Function):
     """``num_den = phi_q (phi_k^T v1)``, ``out = num / (den + eps)`` with a hand-written backward.
 
@@ -90,9 +97,7 @@ class _GlobalKernelAttention(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
         phi_q, phi_k, v1, state, out, den = ctx.saved_tensors
-        grad_nd = torch.empty_like(v1)  # (B, H, N, D + 1): d loss / d [num, den]
-        grad_num = torch.div(grad_out, den, out=grad_nd[..., :-1])
-        torch.sum(grad_num * out, dim=-1, keepdim=True, out=grad_nd[..., -1:]).neg_()
+        grad_nd = normalization_backward(grad_out, out, den, torch.empty_like(v1))  # (B, H, N, D + 1)
         grad_q = grad_nd @ state.transpose(-1, -2) if ctx.needs_input_grad[0] else None
         grad_state = phi_q.transpose(-1, -2) @ grad_nd  # (B, H, M, D + 1)
         grad_k = v1 @ grad_state.transpose(-1, -2) if ctx.needs_input_grad[1] else None
