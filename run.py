@@ -50,6 +50,10 @@ def main(cfg: DictConfig) -> float | None:
     m = record["metrics"]
     if rank_zero_only.rank != 0:
         return m["val_acc"]
+    if record.get("already_completed"):
+        print(f"\nalready completed: {run_dir / 'result.json'} (test_acc={m['test_acc']:.4f}); left as it is. "
+              f"Add rerun=true to train it again from scratch (the old outputs move to replaced/).")
+        return m["val_acc"]
     print(f"\n{record['task']} / {record['attention']} / seed {record['seed']}: "
           f"val_acc={m['val_acc']:.4f} test_acc={m['test_acc']:.4f} majority_acc={m['majority_acc']:.4f} "
           f"({record['wall_time_s']:.0f} s)\nrecord: {run_dir / 'result.json'}")

@@ -19,12 +19,11 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import attention_zoo
+from lra.allocator import reuse_freed_memory  # benchmarks leave the library packages in issue 17
 
 DEFAULT_NAMES = ["softmax", "linear", "based", "llops", "polysketch", "performer", "cosformer", "nystrom"]
 FIG2 = {"names": ["softmax", "linear", "based", "llops", "polysketch"], "head_dim": 128,
         "lengths": [1024, 2048, 4096, 6144, 8192, 10240], "options": {"llops": {"degree": 2}}}
-
-
 
 
 def accumulate_flops(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
@@ -35,25 +34,6 @@ def accumulate_flops(self_shape, a_shape, b_shape, *args, out_shape=None, **kwar
 
 # the counter keys formulas by op name, so in-place accumulations (state += phi^T v) would count as 0
 IN_PLACE_FLOPS = {torch.ops.aten.baddbmm_: accumulate_flops, torch.ops.aten.addmm_: accumulate_flops}
-
-
-def reuse_freed_memory() -> bool:
-    """Make glibc keep freed memory for reuse (no mmap/trim), as CUDA's caching allocator does.
-
-    By default glibc serves every allocation over 32 MB with a fresh mmap, so a memory-bound method pays
-    page faults on each large tensor and looks superlinear once its tensors cross 32 MB. Returns False
-    where there is no glibc.
-    """
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name or "libc.so.6")
-        mmap_threshold, trim_threshold = -3, -1  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD (malloc.h)
-        return bool(libc.mallopt(mmap_threshold, 2**30) and libc.mallopt(trim_threshold, 2**31 - 1))
-    except (OSError, AttributeError):
-        return False
 
 
 def sync(device: torch.device) -> None:

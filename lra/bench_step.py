@@ -20,6 +20,7 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor, nn
 
+from lra.allocator import reuse_freed_memory
 from lra.bench_loading import LoadingTimer, compose_config
 from lra.errors import UserError
 from lra.model import AttentionBlock
@@ -97,10 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experiment", default=None, help="e.g. quick (default: the full protocol)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps (median reported)")
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--default-allocator", action="store_true",
+                        help="leave glibc's allocator as it is (training sets reuse_freed_memory, so do we)")
     parser.add_argument("--out", default="results/tables/bench")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run, e.g. model.depth=4")
     args = parser.parse_args(argv)
     logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)  # one Trainer per measurement
+    if not args.default_allocator:
+        reuse_freed_memory()
     rows = []
     try:
         for task in args.tasks:

@@ -136,13 +136,26 @@ class CompactDataModule(pl.LightningDataModule):
         majority = np.bincount(self.data["train"].labels).argmax()
         return float((self.data["test"].labels == majority).mean())
 
-    def _loader(self, split: str, sampler: EpochSampler | None = None) -> DataLoader:
+    def eval_order(self, split: str) -> list[int]:
+        """Examples of ``split`` longest first (ties in file order): each evaluation batch then pads only to
+        lengths close to its own, and accuracy and mean loss do not depend on the order."""
+        data = self.data[split]
+        lengths = data.lengths
+        for name, offsets in data.extra.items():
+            if name.startswith("offsets"):  # a pair task pads each document to its own longest
+                lengths = np.maximum(lengths, np.diff(offsets))
+        return np.argsort(-np.minimum(lengths, self.task["max_len"]), kind="stable").tolist()
+
+    def _loader(self, split: str, sampler: EpochSampler | list[int] | None = None) -> DataLoader:
         data = self.task["data"]
         workers = int(data.get("num_workers", 0))
+        batch_size = self.task["batch_size"]
+        if split != "train":
+            batch_size = int(data.get("eval_batch_size") or batch_size)
         # an own generator: creating an iterator then never draws from the global RNG (exact resume)
         generator = torch.Generator().manual_seed(int(self.cfg.get("seed", 0)))
         return DataLoader(
-            self.make_dataset(self.data[split]), batch_size=self.task["batch_size"], sampler=sampler,
+            self.make_dataset(self.data[split]), batch_size=batch_size, sampler=sampler,
             num_workers=workers, persistent_workers=workers > 0, drop_last=False,
             collate_fn=self.collate, generator=generator,
         )
@@ -172,7 +185,7 @@ class CompactDataModule(pl.LightningDataModule):
         return self._loader("train", sampler)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("val")
+        return self._loader("val", self.eval_order("val"))
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test")
+        return self._loader("test", self.eval_order("test"))

@@ -11,6 +11,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from .dropout import Dropout
+
 
 class AttentionBlock(nn.Module):
     """Pre-norm self-attention: ``x + dropout(W_o attention(W_q x, W_k x, W_v x))``."""
@@ -24,7 +26,7 @@ class AttentionBlock(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.attention = attention
         self.out = nn.Linear(dim, dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         b, n, d = x.shape
@@ -41,8 +43,8 @@ class FeedForward(nn.Module):
     def __init__(self, dim: int, hidden: int, dropout: float):
         super().__init__()
         self.net = nn.Sequential(
-            nn.LayerNorm(dim), nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(dropout),
-            nn.Linear(hidden, dim), nn.Dropout(dropout),
+            nn.LayerNorm(dim), nn.Linear(dim, hidden), nn.GELU(), Dropout(dropout),
+            nn.Linear(hidden, dim), Dropout(dropout),
         )
 
     def forward(self, x: Tensor) -> Tensor:
@@ -74,7 +76,7 @@ class Encoder(nn.Module):
         self.tokens = nn.Embedding(vocab_size, dim)
         self.positions = nn.Embedding(max_len + (pooling == "cls"), dim)
         self.cls = nn.Parameter(torch.zeros(1, 1, dim)) if pooling == "cls" else None
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.blocks = nn.ModuleList()
         for layer in range(depth):
             self.blocks.append(AttentionBlock(dim, num_heads, make_attention(layer), dropout))

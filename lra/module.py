@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from functools import partial
 from typing import Any
 
@@ -70,7 +71,9 @@ class ClassificationModule(pl.LightningModule):
         self.head = self.build_head(cfg["model"], num_classes)
         metric = partial(MulticlassAccuracy, num_classes=num_classes, average="micro")
         self.train_acc, self.val_acc, self.test_acc = metric(), metric(), metric()
-        self.train_tokens = 0
+        self.train_tokens = 0  # real (unpadded) training tokens over every segment of the run
+        self.fit_seconds_before = 0.0  # training time of the segments before a resume
+        self._segment_start: float | None = None
 
     def build_head(self, model: dict[str, Any], num_classes: int) -> nn.Module:
         return ClassifierHead(model["dim"], model["ffn_dim"], num_classes)
@@ -100,12 +103,24 @@ class ClassificationModule(pl.LightningModule):
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "test", self.test_acc)
 
+    def on_fit_start(self) -> None:
+        self._segment_start = time.perf_counter()
+
+    def fit_seconds(self) -> float:
+        """Training time so far, summed over the segments of an interrupted and resumed run."""
+        running = 0.0 if self._segment_start is None else time.perf_counter() - self._segment_start
+        return self.fit_seconds_before + running
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["torch_rng_state"] = torch.get_rng_state()  # dropout masks continue exactly on resume
+        checkpoint["run_progress"] = {"fit_seconds": self.fit_seconds(), "train_tokens": self.train_tokens}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if "torch_rng_state" in checkpoint:
             torch.set_rng_state(checkpoint["torch_rng_state"])
+        progress = checkpoint.get("run_progress") or {}
+        self.fit_seconds_before = float(progress.get("fit_seconds", 0.0))
+        self.train_tokens = int(progress.get("train_tokens", 0))
 
     def configure_optimizers(self):
         optim = self.cfg["task"]["optim"]

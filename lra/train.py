@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import time
 import traceback
@@ -16,6 +17,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
+from .allocator import reuse_freed_memory
 from .callbacks import CheckpointOnPreemption
 from .errors import UserError
 from .loggers import ResumableCSVLogger
@@ -38,6 +40,8 @@ def task_module(name: str):
 def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """Train with checkpoints on validation accuracy, test the best checkpoint; return record fields."""
     pl.seed_everything(cfg["seed"], workers=True)
+    if cfg.get("reuse_freed_memory", True):
+        reuse_freed_memory()
     tasks = task_module(cfg["task"]["name"])
     attention_factory(cfg, cfg["task"]["max_len"])  # a bad attention option fails before any data work
     datamodule = tasks.DataModule(cfg)
@@ -58,9 +62,9 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     resume_path = str(resume) if resume.exists() and not trainer.fast_dev_run else None
     if resume_path:
         log.info("resuming from %s", resume_path)
-    start = time.perf_counter()
     trainer.fit(model, datamodule=datamodule, ckpt_path=resume_path, weights_only=True)
-    fit_time = time.perf_counter() - start
+    # testing reloads the best checkpoint's progress counters: read them now
+    fit_time, train_tokens, earlier = model.fit_seconds(), model.train_tokens, model.fit_seconds_before
     best = checkpoint.best_model_path or None
     val_acc = checkpoint.best_model_score if best else trainer.callback_metrics.get("val/acc")
     tested = trainer.test(model, datamodule=datamodule, ckpt_path=best, weights_only=True)[0]
@@ -72,14 +76,47 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
             "majority_acc": datamodule.majority_acc(),
         },
         "params": sum(p.numel() for p in model.parameters()),
-        "tokens_per_s": model.train_tokens * trainer.world_size / fit_time if fit_time > 0 else None,
+        "fit_time_s": fit_time,
+        "earlier_segments_s": earlier,
+        "tokens_per_s": train_tokens * trainer.world_size / fit_time if fit_time > 0 else None,
         "best_checkpoint": best,
         "steps": trainer.global_step,
     }
 
 
+RUN_OUTPUTS = ("result.json", "checkpoints", "csv", "tensorboard")
+
+
+def completed_record(run_dir: Path) -> dict[str, Any] | None:
+    """The run folder's record when it says the run completed, else None."""
+    try:
+        record = json.loads((run_dir / "result.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("status") == "completed" else None
+
+
+def set_aside(run_dir: Path) -> Path:
+    """Move a finished run's outputs to ``<run_dir>/replaced/<time>/`` so a redo starts from scratch."""
+    dest = run_dir / "replaced" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    dest.mkdir(parents=True)
+    for name in RUN_OUTPUTS:
+        if (run_dir / name).exists():
+            (run_dir / name).rename(dest / name)
+    return dest
+
+
 def run(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """One run: the record is written atomically whether it completes or fails."""
+    """One run: the record is written atomically whether it completes or fails.
+
+    A run folder whose record says ``completed`` is left alone and its record returned with
+    ``already_completed`` set; ``rerun=true`` moves its outputs aside and trains again.
+    """
+    if (previous := completed_record(run_dir)) is not None:
+        if not cfg.get("rerun"):
+            return {**previous, "already_completed": True}
+        if rank_zero_only.rank == 0:
+            log.info("rerun=true: the completed run's outputs moved to %s", set_aside(run_dir))
     record: dict[str, Any] = {
         "task": cfg["task"]["name"], "attention": cfg["attention"]["name"], "seed": cfg["seed"],
         "tag": cfg.get("tag"), "status": "failed", "error": None, "metrics": {}, "config": cfg,
@@ -101,7 +138,8 @@ def run(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         record["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
         raise
     finally:
-        record["wall_time_s"] = time.perf_counter() - start
+        # an interrupted-then-resumed run counts the training time of its earlier segments too
+        record["wall_time_s"] = time.perf_counter() - start + record.get("earlier_segments_s", 0.0)
         record["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         if rank_zero_only.rank == 0:  # one record per run, also under DDP
             write_json_atomic(run_dir / "result.json", record)

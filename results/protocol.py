@@ -21,7 +21,8 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 DEFAULT_TAG = "default"
 SECTIONS = ("task", "model", "trainer")
 TRAINER_KEYS = ("max_steps", "precision", "gradient_clip_val", "gradient_clip_algorithm", "accumulate_grad_batches")
-IGNORED_LEAVES = ("root", "num_workers", "workers")  # where the data lives and how fast it loads, not what it is
+# where the data lives and how fast it loads or evaluates, not what it is
+IGNORED_LEAVES = ("root", "num_workers", "workers", "eval_batch_size")
 ABSENT = "<absent>"
 SHOWN_DIFFERENCES = 6
 FROM_CONF, MOST_COMMON, UNCHECKED = "conf", "most common", "unchecked"

@@ -90,7 +90,7 @@ def test_corrupt_data_names_the_file_and_the_rebuild_command(tiny_data_dir, tmp_
     blob = bytearray(train.read_bytes())
     blob[len(blob) // 2] ^= 0xFF
     train.write_bytes(bytes(blob))
-    result = run_py("attention=linear", *common, cwd=tmp_path)
+    result = run_py("attention=linear", *common, "rerun=true", cwd=tmp_path)
     assert result.returncode == 2
     assert str(train) in result.stderr and "python -m data_prep listops" in result.stderr
     assert "Traceback" not in result.stderr
