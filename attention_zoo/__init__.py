@@ -8,11 +8,11 @@ module of this package is imported here, so a new mechanism is one new file that
 import importlib
 import pkgutil
 
-from .registry import available, build, get, options, register
+from .registry import available, build, extra_inputs, get, options, register
 
-_INFRASTRUCTURE = {"registry", "kernel", "bench"}
+_INFRASTRUCTURE = {"registry", "kernel", "bench", "bench_parity"}
 for _info in pkgutil.iter_modules(__path__):
     if not _info.name.startswith("_") and _info.name not in _INFRASTRUCTURE:
         importlib.import_module(f"{__name__}.{_info.name}")
 
-__all__ = ["available", "build", "get", "options", "register"]
+__all__ = ["available", "build", "extra_inputs", "get", "options", "register"]

@@ -4,19 +4,26 @@ Per head, with learned per-channel ``s`` (init 0, shared by q and k) and ``w`` (
 
     x = x / softplus(s)      p = 1 + alpha * sigmoid(w)      x+ = ReLU(x)^p,  x- = ReLU(-x)^p
     phi_k = [k+, k-]     same-sign queries [q+, q-]     opposite-sign queries [q-, q+]
-    out = [A([q+, q-], phi_k, v_1), A([q-, q+], phi_k, v_2)] + DWC(v)
+    out = ([A([q+, q-], phi_k, v_1), A([q-, q+], phi_k, v_2)] + DWC(v)) * g
 
 where ``v_1, v_2`` are the halves of the head dim and ``A`` is normalised linear attention
 ``phi_q^T sum_j phi_k_j v_j^T / (phi_q^T sum_j phi_k_j + eps)``, each branch normalised on its own: the
 same-sign products ``q+ k+ + q- k-`` and the opposite-sign products ``q- k+ + q+ k-`` each drive half
 the value channels, instead of the negative products being dropped. The learnable power ``p > 1``
 sharpens the weights (lower entropy). ``DWC`` is a learned depthwise convolution of the values along the
-sequence (kernel 5). O(n d^2). Optionally a learned positional table is added to the keys.
+sequence (kernel 5), and ``g`` is the output gate: a fourth projection of the block input, as
+``qkvg = Linear(C, 4C)`` in ZacharyMeng/PolaFormer (models/pola_swin.py, ``PolaLinearAttention``). The
+module declares it as an extra input (``extra_inputs = ("gate",)``, see ``attention_zoo.registry``): the
+LRA block projects its input four times and passes the fourth projection as ``gate=``; the block's output
+projection is the reference's ``proj``. Called without ``gate`` (benchmarks), the output is ungated;
+``gate=False`` builds the ungated variant, whose block has only q, k, v. O(n d^2). Optionally a learned
+positional table is added to the keys (the vision reference's window table).
 
-The gate ``g`` and output projection of ZacharyMeng/PolaFormer (models/pola_swin.py) belong to the block;
-this module receives projected q, k, v. Deviation: the normaliser is a sum with ``eps`` rather than a mean
-(same ratio, padding-independent). Causal: the convolution is then causal (the current and ``k - 1``
-previous values).
+``alpha`` defaults to 3: the PolaFormer README's LRA table reports alpha 3, 5 and 7, 3 with the best
+average; the vision configs use 4 (``MODEL.LA.ALPHA``). Deviations: the DWC is a 1-D convolution along
+the sequence (the reference convolves the 2-D window); the normaliser is a sum with ``eps`` rather than a
+mean with ``eps`` (the same ratio up to ``eps``, and independent of the number of pads). Causal: the
+convolution is then causal (the current and ``k - 1`` previous values).
 """
 
 from __future__ import annotations
@@ -45,9 +52,10 @@ def polarity_parts(x: Tensor, scale: Tensor, power: Tensor) -> tuple[Tensor, Ten
 
 def naive_polaformer(q: Tensor, k: Tensor, v: Tensor, scale: Tensor, power: Tensor,
                      conv_weight: Tensor | None, conv_bias: Tensor | None,
-                     key_padding_mask: Tensor | None = None, *, eps: float = 1e-6,
+                     key_padding_mask: Tensor | None = None, *, gate: Tensor | None = None, eps: float = 1e-6,
                      causal: bool = False) -> Tensor:
-    """Oracle: explicit same-sign ``q+.k+ + q-.k-`` and opposite-sign ``q-.k+ + q+.k-`` weight matrices."""
+    """Oracle: explicit same-sign ``q+.k+ + q-.k-`` and opposite-sign ``q-.k+ + q+.k-`` weight matrices,
+    plus the banded convolution, times the gate."""
     q_pos, q_neg = polarity_parts(q, scale, power)
     k_pos, k_neg = polarity_parts(k, scale, power)
     same = q_pos @ k_pos.transpose(-1, -2) + q_neg @ k_neg.transpose(-1, -2)  # (B, H, N, N)
@@ -58,18 +66,20 @@ def naive_polaformer(q: Tensor, k: Tensor, v: Tensor, scale: Tensor, power: Tens
                      naive_normalized_attention(opposite, v_opposite, key_padding_mask, **opts)], dim=-1)
     if conv_weight is not None:
         out = out + naive_depthwise_sequence_conv(v, conv_weight, conv_bias, key_padding_mask, causal=causal)
+    if gate is not None:
+        out = out * gate.float()
     return out.to(v.dtype)
 
 
 @register("polaformer")
 class PolarityAwareLinearAttention(nn.Module):
-    """Polarity-aware linear attention plus a depthwise value convolution (see module docstring)."""
+    """Polarity-aware linear attention plus a depthwise value convolution, gated (see module docstring)."""
 
     supports_causal = True
 
-    def __init__(self, *, head_dim: int, num_heads: int, max_len: int | None = None, alpha: float = 4.0,
-                 kernel_size: int = 5, key_positions: bool = False, eps: float = 1e-6, causal: bool = False,
-                 chunk_size: int = 256):
+    def __init__(self, *, head_dim: int, num_heads: int, max_len: int | None = None, alpha: float = 3.0,
+                 kernel_size: int = 5, gate: bool = True, key_positions: bool = False, eps: float = 1e-6,
+                 causal: bool = False, chunk_size: int = 256):
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"polaformer splits the values in halves: head_dim must be even, got {head_dim}")
@@ -77,6 +87,7 @@ class PolarityAwareLinearAttention(nn.Module):
             raise ValueError(f"polaformer alpha must be > 0, got {alpha}")
         check_conv_kernel_size("polaformer", kernel_size, causal)
         self.alpha, self.eps, self.causal, self.chunk_size = alpha, eps, causal, chunk_size
+        self.extra_inputs = ("gate",) if gate else ()  # the block's fourth projection, g
         self.scale = nn.Parameter(torch.zeros(num_heads, head_dim))  # (H, d): softplus(0) = ln 2
         self.power_logit = nn.Parameter(torch.zeros(num_heads, head_dim))  # (H, d): p = 1 + alpha / 2 at init
         self.key_positions = LearnedKeyPositions("polaformer", num_heads, max_len, head_dim) if key_positions else None
@@ -85,7 +96,8 @@ class PolarityAwareLinearAttention(nn.Module):
     def _keys(self, k: Tensor) -> Tensor:
         return k if self.key_positions is None else self.key_positions(k)
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None,
+                gate: Tensor | None = None) -> Tensor:
         with float32_region(v):
             power = polarity_power(self.power_logit, self.alpha)
             q_pos, q_neg = polarity_parts(q, self.scale, power)
@@ -99,10 +111,13 @@ class PolarityAwareLinearAttention(nn.Module):
             out = torch.cat([same, opposite], dim=-1)  # (B, H, N, d)
             if self.dwc is not None:
                 out = out + self.dwc(v, key_padding_mask)
+            if gate is not None:
+                out = out * gate.float()
         return out.to(v.dtype)
 
-    def naive(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+    def naive(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None,
+              gate: Tensor | None = None) -> Tensor:
         """The quadratic oracle with this module's parameters."""
         weight, bias = (None, None) if self.dwc is None else (self.dwc.conv.weight[:, 0], self.dwc.conv.bias)
         return naive_polaformer(q, self._keys(k), v, self.scale, polarity_power(self.power_logit, self.alpha),
-                                weight, bias, key_padding_mask, eps=self.eps, causal=self.causal)
+                                weight, bias, key_padding_mask, gate=gate, eps=self.eps, causal=self.causal)

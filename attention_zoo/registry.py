@@ -4,6 +4,14 @@ Every mechanism is an ``nn.Module`` called as ``module(q, k, v, key_padding_mask
 ``q, k, v`` of shape ``(B, H, N, head_dim)`` and ``key_padding_mask`` ``(B, N)`` bool, True for real
 tokens. Constructors take ``head_dim``, ``num_heads`` and ``max_len`` plus keyword-only options; an
 unknown name or option is a ``ValueError`` that lists what is valid.
+
+Block-level parts: a mechanism whose paper projects the block input more than three times (PolaFormer's
+output gate ``g``) lists the extra projections' names in its instance attribute ``extra_inputs`` (a tuple
+of keyword names, default none). The block then projects its normalised input ``3 + len(extra_inputs)``
+times and passes each extra projection, shaped like ``q`` ``(B, H, N, head_dim)``, as that keyword:
+``module(q, k, v, key_padding_mask=mask, gate=g)``. ``extra_inputs(module)`` reads the declaration; a
+mechanism called without its extra inputs (benchmarks, analyses) must still work (the part is then left
+out), so the block needs no special case for any mechanism.
 """
 
 from __future__ import annotations
@@ -53,6 +61,23 @@ def options(name: str) -> dict[str, object]:
         for p in params.values()
         if p.kind is p.KEYWORD_ONLY and p.name not in _BUILD_ARGS
     }
+
+
+RESERVED_INPUTS = ("q", "k", "v", "key_padding_mask")
+
+
+def extra_inputs(module: nn.Module) -> tuple[str, ...]:
+    """The extra per-head inputs ``module`` takes besides ``q, k, v`` (projections of the block input).
+
+    Raises ``ValueError`` on a declaration that is not a tuple of keyword names distinct from q, k, v and the
+    mask.
+    """
+    names = tuple(getattr(module, "extra_inputs", ()))
+    for name in names:
+        if not isinstance(name, str) or not name.isidentifier() or name in RESERVED_INPUTS:
+            raise ValueError(f"{type(module).__qualname__}.extra_inputs must name keyword inputs other than "
+                             f"{', '.join(RESERVED_INPUTS)}; got {names!r}")
+    return names
 
 
 def build(name: str, *, head_dim: int, num_heads: int, max_len: int | None = None, **opts) -> nn.Module:

@@ -11,11 +11,18 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from attention_zoo import extra_inputs
+
 from .dropout import Dropout
 
 
 class AttentionBlock(nn.Module):
-    """Pre-norm self-attention: ``x + dropout(W_o attention(W_q x, W_k x, W_v x))``."""
+    """Pre-norm self-attention: ``x + dropout(W_o attention(W_q x, W_k x, W_v x, **extras))``.
+
+    ``extras`` are the mechanism's declared extra projections of the normalised input
+    (``attention_zoo.extra_inputs``, e.g. PolaFormer's gate): the input projection is widened by one
+    ``dim``-sized slice per name, and each slice reaches the attention as that keyword, in head layout.
+    """
 
     def __init__(self, dim: int, num_heads: int, attention: nn.Module, dropout: float):
         super().__init__()
@@ -23,16 +30,18 @@ class AttentionBlock(nn.Module):
             raise ValueError(f"model width {dim} is not divisible by {num_heads} heads")
         self.num_heads = num_heads
         self.norm = nn.LayerNorm(dim)
-        self.qkv = nn.Linear(dim, 3 * dim)
+        self.num_inputs = 3 + len(extra_inputs(attention))
+        self.qkv = nn.Linear(dim, self.num_inputs * dim)
         self.attention = attention
         self.out = nn.Linear(dim, dim)
         self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         b, n, d = x.shape
-        qkv = self.qkv(self.norm(x)).view(b, n, 3, self.num_heads, d // self.num_heads)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, N, head_dim)
-        y = self.attention(q, k, v, key_padding_mask=mask)  # (B, H, N, head_dim)
+        parts = self.qkv(self.norm(x)).view(b, n, self.num_inputs, self.num_heads, d // self.num_heads)
+        q, k, v, *rest = parts.permute(2, 0, 3, 1, 4)  # each (B, H, N, head_dim)
+        extras = dict(zip(extra_inputs(self.attention), rest))
+        y = self.attention(q, k, v, key_padding_mask=mask, **extras)  # (B, H, N, head_dim)
         y = y.transpose(1, 2).reshape(b, n, d)
         return x + self.dropout(self.out(y))
 

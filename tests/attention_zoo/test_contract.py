@@ -18,6 +18,11 @@ def make(name: str, max_len: int = 128, **opts):
     return attention_zoo.build(name, head_dim=D, num_heads=H, max_len=max_len, **{**small, **opts}).eval()
 
 
+def extras(attn, like: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Random tensors for the mechanism's declared extra inputs (block-level parts such as a gate)."""
+    return {name: torch.randn_like(like) for name in attention_zoo.extra_inputs(attn)}
+
+
 def inputs(n: int, scale: float = 1.0, dtype=torch.float32):
     q, k, v = (scale * torch.randn(3, B, H, n, D)).to(dtype).unbind(0)
     mask = torch.ones(B, n, dtype=torch.bool)
@@ -29,13 +34,14 @@ def inputs(n: int, scale: float = 1.0, dtype=torch.float32):
 def test_shape_finite_and_gradients(name):
     attn = make(name)
     q, k, v, mask = inputs(48)
-    for t in (q, k, v):
+    more = extras(attn, q)
+    for t in (q, k, v, *more.values()):
         t.requires_grad_(True)
-    out = attn(q, k, v, key_padding_mask=mask)
+    out = attn(q, k, v, key_padding_mask=mask, **more)
     assert out.shape == v.shape and out.dtype == v.dtype
     assert torch.isfinite(out).all()
     (out * mask[:, None, :, None]).square().sum().backward()
-    for t in (q, k, v):
+    for t in (q, k, v, *more.values()):
         assert t.grad is not None and torch.isfinite(t.grad).all()
     assert t.grad.abs().sum() > 0
     for p in attn.parameters():
@@ -49,10 +55,11 @@ def test_padding_invariance(name):
     n, extra = 40, 37
     q, k, v, _ = inputs(n)
     mask = torch.ones(B, n, dtype=torch.bool)
-    ref = attn(q, k, v, key_padding_mask=mask)
+    more = extras(attn, q)
+    ref = attn(q, k, v, key_padding_mask=mask, **more)
     junk = lambda t: torch.cat([t, 5 * torch.randn(B, H, extra, D)], dim=2)  # noqa: E731
     padded_mask = torch.cat([mask, torch.zeros(B, extra, dtype=torch.bool)], dim=1)
-    out = attn(junk(q), junk(k), junk(v), key_padding_mask=padded_mask)
+    out = attn(junk(q), junk(k), junk(v), key_padding_mask=padded_mask, **{n_: junk(t) for n_, t in more.items()})
     assert_close(ref, out[:, :, :n], ratio=1e-4, what=name)
 
 
@@ -61,17 +68,19 @@ def test_fast_matches_naive_oracle(name):
     """Outputs and gradients of the fast form equal the quadratic oracle that builds the n x n weights."""
     attn = make(name)
     q, k, v, mask = inputs(40)
+    more = extras(attn, q)
     grads = []
     outs = []
     upstream = torch.randn_like(v)
     for fn in (attn.naive, attn):
         qq, kk, vv = (t.clone().requires_grad_(True) for t in (q, k, v))
-        out = fn(qq, kk, vv, key_padding_mask=mask)
+        ee = {n_: t.clone().requires_grad_(True) for n_, t in more.items()}
+        out = fn(qq, kk, vv, key_padding_mask=mask, **ee)
         (out * upstream * mask[:, None, :, None]).sum().backward()
         outs.append(out[mask[:, None, :].expand(B, H, -1)])
-        grads.append([t.grad for t in (qq, kk, vv)])
+        grads.append([t.grad for t in (qq, kk, vv, *ee.values())])
     assert_close(outs[0], outs[1], ratio=1e-4, what=f"{name} output")
-    for g_ref, g_out, label in zip(grads[0], grads[1], "qkv"):
+    for g_ref, g_out, label in zip(grads[0], grads[1], ["q", "k", "v", *more]):
         assert_close(g_ref, g_out, ratio=1e-3, what=f"{name} d{label}")
 
 

@@ -35,7 +35,7 @@ def test_polarity_parts_by_hand():
 
 def test_same_and_opposite_sign_branches_by_hand():
     """First half of the channels: weights q+.k+ + q-.k-; second half: q-.k+ + q+.k-; each normalised."""
-    attn = attention_zoo.build("polaformer", head_dim=4, num_heads=1, kernel_size=0)
+    attn = attention_zoo.build("polaformer", head_dim=4, num_heads=1, kernel_size=0, alpha=4.0)
     q, k, v, _ = qkv_mask(b=1, h=1, n=6, d=4)
     p, s = 3.0, math.log(2)
     qs, ks = q[0, 0] / s, k[0, 0] / s
@@ -61,6 +61,42 @@ def test_conv_is_added_to_the_attention_output():
     q, k, v, mask = qkv_mask()
     with torch.no_grad():
         assert_close(without(q, k, v, mask) + with_conv.dwc(v, mask), with_conv(q, k, v, mask), ratio=1e-6)
+
+
+def test_gate_multiplies_attention_plus_conv_and_matches_the_oracle():
+    attn = attention_zoo.build("polaformer", head_dim=8, num_heads=2)
+    assert attention_zoo.extra_inputs(attn) == ("gate",)
+    assert attention_zoo.extra_inputs(attention_zoo.build("polaformer", head_dim=8, num_heads=2, gate=False)) == ()
+    q, k, v, mask = qkv_mask()
+    gate = torch.randn_like(q)
+    with torch.no_grad():
+        assert_close(attn(q, k, v, mask) * gate, attn(q, k, v, mask, gate=gate), ratio=1e-6)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v, gate)]
+    upstream = torch.randn_like(v) * mask[:, None, :, None]
+    grads = []
+    for fn in (attn.naive, attn):
+        xs = [t.clone().detach().requires_grad_(True) for t in leaves]
+        (fn(*xs[:3], mask, gate=xs[3]) * upstream).sum().backward()
+        grads.append([t.grad for t in xs])
+    for ref, out, label in zip(*grads, ("q", "k", "v", "gate")):
+        assert_close(ref, out, ratio=1e-4, what=f"d{label}")
+
+
+def test_the_block_projects_the_gate_as_a_fourth_slice():
+    from lra.model import AttentionBlock
+
+    torch.manual_seed(0)
+    attn = attention_zoo.build("polaformer", head_dim=4, num_heads=2)
+    block = AttentionBlock(8, 2, attn, dropout=0.0)
+    assert block.qkv.weight.shape == (32, 8)
+    x, mask = torch.randn(2, 10, 8), torch.ones(2, 10, dtype=torch.bool)
+    q, k, v, g = block.qkv(block.norm(x)).view(2, 10, 4, 2, 4).permute(2, 0, 3, 1, 4)
+    y = attn(q, k, v, mask) * g
+    expected = x + block.out(y.transpose(1, 2).reshape(2, 10, 8))
+    with torch.no_grad():
+        assert_close(expected, block(x, mask), ratio=1e-6)
+    ungated = AttentionBlock(8, 2, attention_zoo.build("polaformer", head_dim=4, num_heads=2, gate=False), 0.0)
+    assert ungated.qkv.weight.shape == (24, 8)
 
 
 def test_learnable_scale_power_and_conv_receive_gradients():
