@@ -5,15 +5,20 @@ Per head, with a learned per-channel ``s`` (init 0) shared by queries and keys:
     x+ = (ReLU(x) + 1e-6) / softplus(s)           f_p(x) = ||x|| * x^p / ||x^p||   (elementwise power)
     out_i = f_p(q+_i)^T sum_j f_p(k+_j) v_j^T / (f_p(q+_i)^T sum_j f_p(k+_j) + eps) + DWC(v)_i
 
-The focusing function keeps the norm and sharpens the direction; ``DWC`` is a learned depthwise
+The norms ``||x||`` and ``||x^p||`` of the focusing function are taken over all channels of a token, all
+heads at once (the paper's f_p acts on the whole C-dimensional query or key, and so does
+LeapLabTHU/FLatten-Transformer's models/flatten_swin.py, before it splits the heads): each head's features
+are scaled by a per-token factor that depends on the other heads. The focusing function keeps the norm and
+sharpens the direction; ``DWC`` is a learned depthwise
 convolution of the values along the sequence (kernel 5) that restores feature diversity (rank).
 O(n d^2). Optionally a learned positional table is added to the keys (``key_positions``, needs max_len).
 
-Deviations from LeapLabTHU/FLatten-Transformer (models/flatten_swin.py): ``||x||`` and ``||x^p||`` are
-per head (the reference takes them over all heads' channels at once); ``x^p / ||x^p||`` is computed as
-``y^p / ||y^p||`` with ``y = x / max(x)`` (same value, no underflow of ``x^p`` when ``x`` is small); the
-normaliser is a sum with ``eps`` rather than a mean (same ratio, padding-independent). Causal: the
-convolution is then causal (left padding, sees the current and ``k - 1`` previous values).
+Deviations from the reference: ``x^p / ||x^p||`` is computed as ``y^p / ||y^p||`` with ``y = x / max(x)``
+(the max over the token's channels: same value, no underflow of ``x^p`` when ``x`` is small); the DWC is a
+1-D convolution along the sequence (the reference convolves the 2-D window); the normaliser is a sum with
+``eps`` rather than a mean with ``eps`` (the same ratio up to ``eps``, and independent of the number of
+pads). Causal: the convolution is then causal (left padding, sees the current and ``k - 1`` previous
+values).
 """
 
 from __future__ import annotations
@@ -33,22 +38,27 @@ def positive_scaled(x: Tensor, scale: Tensor) -> Tensor:
     return (F.relu(x.float()) + 1e-6) / F.softplus(scale.float())[:, None, :]
 
 
-def focus(x: Tensor, power: float) -> Tensor:
-    """``||x|| x^p / ||x^p||`` over the last dim for positive ``x``; the power is taken on ``x / max(x)``."""
-    norm = x.norm(dim=-1, keepdim=True)
-    y = (x / x.amax(dim=-1, keepdim=True).detach()) ** power  # max entry 1: ||y|| >= 1
-    return norm * y / y.norm(dim=-1, keepdim=True)
+TOKEN_CHANNELS = (1, 3)  # heads and head channels of (B, H, N, d): all C channels of a token
+
+
+def focus(x: Tensor, power: float, dim: int | tuple[int, ...] = -1) -> Tensor:
+    """``||x|| x^p / ||x^p||`` over ``dim`` for positive ``x``; the power is taken on ``x / max(x)``."""
+    norm = torch.linalg.vector_norm(x, dim=dim, keepdim=True)
+    y = (x / x.amax(dim=dim, keepdim=True).detach()) ** power  # max entry 1: ||y|| >= 1
+    return norm * y / torch.linalg.vector_norm(y, dim=dim, keepdim=True)
 
 
 def naive_flatten(q: Tensor, k: Tensor, v: Tensor, scale: Tensor, conv_weight: Tensor | None,
                   conv_bias: Tensor | None, key_padding_mask: Tensor | None = None, *,
                   focusing_factor: float = 3.0, eps: float = 1e-6, causal: bool = False) -> Tensor:
-    """Oracle: explicit weights ``f_p(q+_i) . f_p(k+_j)`` (the paper's formula), normalised, + banded conv."""
+    """Oracle: explicit weights ``f_p(q+_i) . f_p(k+_j)`` (the paper's formula, norms over all of a token's
+    channels), normalised, + banded conv."""
 
     def features(x):
         x = positive_scaled(x, scale)
         xp = x**focusing_factor
-        return x.norm(dim=-1, keepdim=True) * xp / xp.norm(dim=-1, keepdim=True)
+        norm = lambda t: t.square().sum(TOKEN_CHANNELS, keepdim=True).sqrt()  # noqa: E731
+        return norm(x) * xp / norm(xp)
 
     out = naive_kernel_attention(features(q), features(k), v.float(), key_padding_mask,
                                  eps=eps, causal=causal)
@@ -80,9 +90,9 @@ class FocusedLinearAttention(nn.Module):
         return k if self.key_positions is None else self.key_positions(k)
 
     def features(self, x: Tensor) -> Tensor:
-        """``f_p(x+)`` ``(B, H, N, d)`` in float32."""
+        """``f_p(x+)`` ``(B, H, N, d)`` in float32, norms over all heads' channels of each token."""
         with float32_region(x):
-            return focus(positive_scaled(x, self.scale), self.focusing_factor)
+            return focus(positive_scaled(x, self.scale), self.focusing_factor, dim=TOKEN_CHANNELS)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         phi_q, phi_k = self.features(q), self.features(self._keys(k))

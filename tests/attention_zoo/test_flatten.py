@@ -33,6 +33,18 @@ def test_focus_keeps_the_norm_and_takes_the_direction_of_the_power():
     assert_close(y.norm(dim=-1), focus(y, 3.0).norm(dim=-1), ratio=1e-6)
 
 
+def test_focusing_norms_span_all_heads_of_a_token():
+    """f_p over the C = H d channels of a token (the paper and flatten_swin.py), not per head."""
+    attn = attention_zoo.build("flatten", head_dim=4, num_heads=2)
+    x = torch.randn(1, 2, 5, 4)
+    flat = positive_scaled(x, attn.scale).transpose(1, 2).reshape(1, 5, 8)  # (B, N, C)
+    expected = focus(flat, 3.0).reshape(1, 5, 2, 4).transpose(1, 2)
+    assert_close(expected, attn.features(x), ratio=1e-6)
+    y = x.clone()
+    y[:, 1] *= 3.0  # another head's channels change head 0's features
+    assert not torch.allclose(attn.features(x)[:, 0], attn.features(y)[:, 0])
+
+
 def test_focus_does_not_underflow_for_tiny_inputs():
     x = torch.tensor([1e-20, 2e-20, 3e-20])
     direct = x.norm() * x**3 / (x**3).norm()  # x^3 underflows to 0: 0 / 0
