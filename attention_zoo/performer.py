@@ -3,10 +3,15 @@
 Softmax kernel ``exp(q . k / sqrt(d)) = E_w[phi(q) . phi(k)]`` with ``x' = x d^(-1/4)`` and
 ``phi(x) = m^(-1/2) [exp(w_i . x' - |x'|^2 / 2)]_{i=1..m}``; the rows ``w_i`` are stacked blocks of
 orthogonal directions with chi_d norms (``ortho_scaling=0``) or sqrt(d) norms (``ortho_scaling=1``).
-Normalised linear attention on these features, O(n m d). Stabiliser: a query's log-features are shifted
-by their own max, the keys' by the max over the sequence's real keys (per-query and per-sequence
-constants cancel in the normalisation; causal: a fixed shift from the bound ``|w|^2 / 2`` so the future
-cannot leak through the max), then ``+1e-4`` is added to every feature.
+Normalised linear attention on these features, O(n m d). Stabiliser, as lucidrains/performer-pytorch
+(``softmax_kernel``, transcribed from google-research's fast_attention): before the exponential, a query's
+features are shifted by the max of its projections ``max_i w_i . q'`` and the keys' by the max of all
+real keys' projections ``max_{j,i} w_i . k'_j``; then ``+1e-4`` is added to every feature. The shifts
+would cancel in the normalisation, the ``+1e-4`` does not: it weighs more for a query whose
+``|q'|^2 / 2`` is large, so the shift is part of the kernel. Deliberate differences on padded input: the
+key shift is a max over real keys only and masked keys are removed from the denominator (the reference
+only zeroes their values). Causal: the key shift is the data-free bound ``|w|^2 / 2`` on the log-feature
+``w . k' - |k'|^2 / 2`` instead, so the future cannot leak in through a max over the sequence.
 
 ``kernel="relu"`` is the generalized kernel of the LRA Performer: ``phi(x) = relu(w . x') + 1e-3``,
 whose expectation is the arc-cosine kernel (Cho & Saul 2009). The projection is a buffer drawn from
@@ -43,10 +48,12 @@ def orthogonal_gaussian_projection(features: int, dim: int, scaling: int = 0,
     return (directions * norms[:, None]).float()
 
 
-def softmax_log_features(x: Tensor, projection: Tensor) -> Tensor:
-    """``w_i . x' - |x'|^2 / 2`` with ``x' = x d^(-1/4)``: the log of the unnormalised positive feature."""
+def softmax_log_features(x: Tensor, projection: Tensor) -> tuple[Tensor, Tensor]:
+    """``(w_i . x' - |x'|^2 / 2, w_i . x')`` with ``x' = x d^(-1/4)``: the log of the unnormalised positive
+    feature and the projection alone (whose max is the stabiliser), each ``(B, H, N, m)``."""
     x = x.float() * x.shape[-1] ** -0.25
-    return x @ projection.float().T - x.square().sum(-1, keepdim=True) / 2  # (B, H, N, m)
+    projected = x @ projection.float().T
+    return projected - x.square().sum(-1, keepdim=True) / 2, projected
 
 
 def relu_features(x: Tensor, projection: Tensor) -> Tensor:
@@ -55,14 +62,14 @@ def relu_features(x: Tensor, projection: Tensor) -> Tensor:
     return torch.relu(x @ projection.float().T) + RELU_FEATURE_EPS  # (B, H, N, m)
 
 
-def key_shift(log_k: Tensor, key_padding_mask: Tensor | None, projection: Tensor, causal: bool) -> Tensor:
-    """Stabiliser for the keys: max over real keys, or (causal) a data-free bound so no future leaks in."""
+def key_shift(projected_k: Tensor, key_padding_mask: Tensor | None, projection: Tensor, causal: bool) -> Tensor:
+    """Stabiliser for the keys: max of ``w . k'`` over real keys, or (causal) a data-free bound."""
     if causal:  # w . x' - |x'|^2 / 2 <= |w|^2 / 2
         bound = projection.float().square().sum(-1).max() / 2
         return (bound - CAUSAL_KEY_HEADROOM).clamp_min(0.0)
     if key_padding_mask is not None:
-        log_k = log_k.masked_fill(~key_padding_mask[:, None, :, None], float("-inf"))
-    shift = log_k.amax(dim=(-1, -2), keepdim=True)  # (B, H, 1, 1)
+        projected_k = projected_k.masked_fill(~key_padding_mask[:, None, :, None], float("-inf"))
+    shift = projected_k.amax(dim=(-1, -2), keepdim=True)  # (B, H, 1, 1)
     return torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift)).detach()
 
 
@@ -73,9 +80,9 @@ def performer_features(q: Tensor, k: Tensor, projection: Tensor, key_padding_mas
         if kernel == "relu":
             return relu_features(q, projection), relu_features(k, projection)
         ratio = projection.shape[0] ** -0.5
-        log_q, log_k = softmax_log_features(q, projection), softmax_log_features(k, projection)
-        shift_q = log_q.amax(-1, keepdim=True).detach()
-        shift_k = key_shift(log_k, key_padding_mask, projection, causal)
+        (log_q, projected_q), (log_k, projected_k) = (softmax_log_features(x, projection) for x in (q, k))
+        shift_q = projected_q.amax(-1, keepdim=True).detach()
+        shift_k = key_shift(projected_k, key_padding_mask, projection, causal)
         phi_q = ratio * (torch.exp(log_q - shift_q) + SOFTMAX_FEATURE_EPS)
         phi_k = ratio * (torch.exp(log_k - shift_k) + SOFTMAX_FEATURE_EPS)
         return phi_q, phi_k

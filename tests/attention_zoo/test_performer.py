@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
@@ -53,7 +51,7 @@ def test_projection_directions_are_isotropic():
 def test_positive_random_features_estimate_the_softmax_kernel_without_bias():
     q, k, _ = small_qkv(n=6)
     w = orthogonal_gaussian_projection(20000, 16, generator=torch.Generator().manual_seed(1))
-    estimate = softmax_log_features(q, w).exp() @ softmax_log_features(k, w).exp().transpose(-1, -2) / len(w)
+    estimate = softmax_log_features(q, w)[0].exp() @ softmax_log_features(k, w)[0].exp().transpose(-1, -2) / len(w)
     assert_close(exact_softmax_kernel(q, k), estimate, ratio=0.03)
 
 
@@ -80,16 +78,22 @@ def test_attention_error_against_the_exact_kernel_falls_with_features(kernel):
     assert errors[2] < 0.15
 
 
-def test_stabilisers_put_the_largest_feature_at_one_and_ignore_pads():
+def test_stabilisers_shift_by_the_largest_projection_and_ignore_pads():
+    """performer-pytorch's shifts: max_i w_i.q' per query, max_{j,i} w_i.k'_j over the real keys."""
     q, k, _ = small_qkv(n=10, scale=3.0)
     k[..., 7:, :] = 50.0  # garbage pads
     mask = torch.ones(1, 10, dtype=torch.bool)
     mask[0, 7:] = False
     attn = PerformerAttention(head_dim=16, features=64, seed=0)
     phi_q, phi_k = performer_features(q, k, attn.projection, mask)
-    top = (1 + 1e-4) / math.sqrt(64)
-    assert torch.allclose(phi_q.amax(-1), torch.full_like(phi_q.amax(-1), top))
-    assert torch.allclose(phi_k[..., :7, :].amax(dim=(-1, -2)), torch.full((1, 2), top))
+    w = attn.projection
+    qs, ks = q * 16**-0.25, k[..., :7, :] * 16**-0.25
+    pq, pk = qs @ w.T, ks @ w.T
+    expected_q = (torch.exp(pq - qs.square().sum(-1, keepdim=True) / 2 - pq.amax(-1, keepdim=True)) + 1e-4) / 8
+    shift_k = pk.amax(dim=(-1, -2), keepdim=True)
+    expected_k = (torch.exp(pk - ks.square().sum(-1, keepdim=True) / 2 - shift_k) + 1e-4) / 8
+    assert_close(expected_q, phi_q, ratio=1e-6)
+    assert_close(expected_k, phi_k[..., :7, :], ratio=1e-6)
 
 
 def test_seed_fixes_the_projection_and_none_draws_from_torch_rng():
