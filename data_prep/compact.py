@@ -84,12 +84,11 @@ def atomic_output(path: Path, mode: str = "wb") -> Iterator[IO]:
         raise
 
 
-def start_task_dir(task_dir: Path) -> Path:
-    """Create ``task_dir`` and remove a stale manifest, so a half-rebuilt folder never loads."""
-    task_dir = Path(task_dir)
-    task_dir.mkdir(parents=True, exist_ok=True)
-    manifest_path(task_dir).unlink(missing_ok=True)
-    return task_dir
+def inside(folder: Path, relative: str | Path) -> Path | None:
+    """``folder / relative`` when it resolves (symbolic links followed) inside ``folder``, else None."""
+    folder = Path(folder).resolve()
+    path = (folder / relative).resolve()
+    return path if path != folder and path.is_relative_to(folder) else None
 
 
 def pack_sequences(
@@ -230,6 +229,7 @@ _REQUIRED_FIELDS = {
     "vocab_size": int,
     "num_classes": int,
     "splits": dict,
+    "source": dict,
     "command": str,
 }
 _SPLIT_FIELDS = {"file": str, "count": int, "max_length": int, "min_length": int, "sha256": str}
@@ -264,6 +264,9 @@ def load_manifest(task_dir: Path, *, rebuild_cmd: str) -> dict:
                 raise fail(
                     path, f"field 'splits.{split}.{name}' is missing or not a {kind.__name__}", rebuild_cmd
                 )
+        if Path(entry["file"]).name != entry["file"] or inside(task_dir, entry["file"]) is None:
+            raise fail(path, f"field 'splits.{split}.file' ({entry['file']!r}) is not a file in {task_dir}",
+                       rebuild_cmd)
     return manifest
 
 
@@ -277,7 +280,7 @@ def load_split(task_dir: Path, split: str, *, rebuild_cmd: str, verify: bool = T
         known = ", ".join(sorted(manifest["splits"])) or "none"
         raise fail(manifest_path(task_dir), f"split {split!r} not listed (has: {known})", rebuild_cmd)
     entry = manifest["splits"][split]
-    path = Path(task_dir) / entry["file"]
+    path = Path(task_dir) / entry["file"]  # load_manifest checked that it stays inside task_dir
     if not path.is_file():
         raise fail(path, f"split file for {split!r} is missing", rebuild_cmd)
     if verify and file_sha256(path) != entry["sha256"]:

@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from data_prep import safe_pickle
-from data_prep.compact import DataError, fail, start_task_dir, write_manifest, write_split
+from data_prep.compact import DataError, fail, write_manifest, write_split
+from data_prep.staging import staged_task_dir
 
 TASK = "image"
 NUM_CLASSES = 10
@@ -101,21 +102,22 @@ def convert(source: Path, out: Path, *, log: Callable[[str], None] = print) -> P
         "val": (train_x[cut:], train_y[cut:]),
         "test": (test_x, test_y),
     }
-    task_dir = start_task_dir(Path(out) / TASK)
-    entries = {}
-    for split, (x, y) in parts.items():
-        grey = to_grey(x)
-        offsets = np.arange(len(y) + 1, dtype=np.int64) * PIXELS
-        entries[split] = write_split(task_dir, split, (grey.reshape(-1), offsets), y, len(VOCAB))
-        log(f"image: {split} {len(y)} images")
     source_info = {
         "import": "CIFAR-10 python batches",
         "path": str(folder.resolve()),
         "grey": "tf.image.rgb_to_grayscale on uint8: float32 x/255, weights 0.2989/0.5870/0.1140, x255.5, truncate",
         "split": f"data_batch_1..5 [:{cut}] train, [{cut}:] val, test_batch test (file order)",
     }
-    write_manifest(task_dir, task=TASK, vocab=VOCAB, num_classes=NUM_CLASSES, splits=entries,
-                   source=source_info, command=command)
+    task_dir = Path(out) / TASK
+    with staged_task_dir(task_dir) as stage:
+        entries = {}
+        for split, (x, y) in parts.items():
+            grey = to_grey(x)
+            offsets = np.arange(len(y) + 1, dtype=np.int64) * PIXELS
+            entries[split] = write_split(stage, split, (grey.reshape(-1), offsets), y, len(VOCAB))
+            log(f"image: {split} {len(y)} images")
+        write_manifest(stage, task=TASK, vocab=VOCAB, num_classes=NUM_CLASSES, splits=entries,
+                       source=source_info, command=command)
     log(f"image: wrote {task_dir}")
     return task_dir
 
@@ -124,11 +126,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``python -m data_prep image``."""
     parser.add_argument("--out", type=Path, required=True, metavar="DIR",
                         help="root of prepared data; writes OUT/image/")
-    parser.add_argument("--source", type=Path, required=True, metavar="PATH",
+    parser.add_argument("--source", type=Path, metavar="PATH",
                         help="cifar-10-batches-py/ (or the folder holding it)")
 
 
 def main(args: argparse.Namespace) -> int:
     """Run ``python -m data_prep image`` with parsed ``args``."""
+    if args.source is None:
+        raise DataError(f"--source PATH is required: Image is converted from {SOURCE_HELP}. Then run: "
+                        f"{prepare_command(args.out)}")
     convert(args.source, args.out)
     return 0

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep.compact import fail, start_task_dir, write_manifest, write_split
+from data_prep.compact import fail, write_manifest, write_split
 from data_prep.listops_tsv import (  # noqa: F401  (re-exported: the TSV form is part of the ListOps API)
     DIGIT_ID,
     END_ID,
@@ -40,6 +40,7 @@ from data_prep.listops_tsv import (  # noqa: F401  (re-exported: the TSV form is
     tokenize,
     write_tsv,
 )
+from data_prep.staging import staged_task_dir
 
 TASK = "listops"
 NUM_CLASSES = 10
@@ -224,16 +225,25 @@ def generate(
     rules = dict(min_length=min_length, max_length=max_length, max_depth=max_depth, max_args=max_args)
     command = generate_command(out, fmt, **sizes, **rules, seed=seed)
     tokens, offsets, labels, drawn = sample_trees(sum(sizes.values()), **rules, seed=seed, log=log)
-    task_dir = start_task_dir(Path(out) / TASK)
-    entries, first = {}, 0
-    for split, count in sizes.items():
-        last = first + count
-        flat = (tokens[offsets[first] : offsets[last]], offsets[first : last + 1] - offsets[first])
-        entries[split] = write_split(task_dir, split, flat, labels[first:last], len(VOCAB))
-        if fmt == "tsv":
-            write_tsv(task_dir / f"basic_{split}.tsv", *flat, labels[first:last])
-        first = last
-    source = {
+    task_dir = Path(out) / TASK
+    with staged_task_dir(task_dir) as stage:
+        entries, first = {}, 0
+        for split, count in sizes.items():
+            last = first + count
+            flat = (tokens[offsets[first] : offsets[last]], offsets[first : last + 1] - offsets[first])
+            entries[split] = write_split(stage, split, flat, labels[first:last], len(VOCAB))
+            if fmt == "tsv":
+                write_tsv(stage / f"basic_{split}.tsv", *flat, labels[first:last])
+            first = last
+        write_manifest(stage, task=TASK, vocab=VOCAB, num_classes=NUM_CLASSES, splits=entries,
+                       source=generator_source(rules, seed, drawn), command=command)
+    log(f"listops: wrote {', '.join(f'{k} {v}' for k, v in sizes.items())} to {task_dir}")
+    return task_dir
+
+
+def generator_source(rules: dict, seed: int, drawn: int) -> dict:
+    """The manifest's ``source`` of generated data: the rules, the seed and how many trees were drawn."""
+    return {
         "generator": "data_prep.listops (rules of LRA lra_benchmarks/data/listops.py)",
         "rng": "numpy.random.default_rng (PCG64)",
         "batch_trees": BATCH_TREES,
@@ -242,10 +252,6 @@ def generate(
         **rules,
         "trees_drawn": drawn,
     }
-    manifest = {"source": source, "command": command}
-    write_manifest(task_dir, task=TASK, vocab=VOCAB, num_classes=NUM_CLASSES, splits=entries, **manifest)
-    log(f"listops: wrote {', '.join(f'{k} {v}' for k, v in sizes.items())} to {task_dir}")
-    return task_dir
 
 
 def import_tsv(source_dir: Path, out: Path, *, log: Callable[[str], None] = print) -> Path:
@@ -261,22 +267,16 @@ def import_tsv(source_dir: Path, out: Path, *, log: Callable[[str], None] = prin
     for path in paths.values():
         if not path.is_file():
             raise fail(path, "official ListOps file is missing", command)
-    task_dir = start_task_dir(Path(out) / TASK)
-    entries = {}
-    for split, path in paths.items():
-        sequences, labels = read_tsv(path, command)
-        entries[split] = write_split(task_dir, split, sequences, labels, len(VOCAB))
-        log(f"listops: imported {labels.size} {split} trees from {path}")
-    source = {"import": "LRA release TSV", "path": str(source_dir.resolve())}
-    write_manifest(
-        task_dir,
-        task=TASK,
-        vocab=VOCAB,
-        num_classes=NUM_CLASSES,
-        splits=entries,
-        source=source,
-        command=command,
-    )
+    task_dir = Path(out) / TASK
+    with staged_task_dir(task_dir) as stage:
+        entries = {}
+        for split, path in paths.items():
+            sequences, labels = read_tsv(path, command)
+            entries[split] = write_split(stage, split, sequences, labels, len(VOCAB))
+            log(f"listops: imported {labels.size} {split} trees from {path}")
+        source = {"import": "LRA release TSV", "path": str(source_dir.resolve())}
+        write_manifest(stage, task=TASK, vocab=VOCAB, num_classes=NUM_CLASSES, splits=entries, source=source,
+                       command=command)
     log(f"listops: wrote {task_dir}")
     return task_dir
 

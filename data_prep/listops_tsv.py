@@ -62,10 +62,21 @@ def tokenize(source: str) -> list[int]:
 
 def evaluate(source: str) -> int:
     """Value of a ListOps expression given as a TSV ``Source`` string."""
-    stack: list[list[int]] = [[]]
-    for token in tokenize(source):
+    return evaluate_ids(tokenize(source))
+
+
+def evaluate_ids(ids: list[int]) -> int:
+    """Value of one ListOps expression given as token ids; ValueError says where it is ill-formed."""
+    stack: list[list[int]] = [[]]  # the open operators, each [operator id, argument values...]
+    for position, token in enumerate(ids, start=1):
+        if len(stack) == 1 and stack[0]:
+            raise ValueError(f"token {position} ({VOCAB[token]}) follows a complete expression")
         if token == END_ID:
+            if len(stack) == 1:
+                raise ValueError(f"token {position} (]) closes no operator")
             op, *args = stack.pop()
+            if not args:
+                raise ValueError(f"token {position} (]) closes {VOCAB[op]} before any argument")
             ordered = sorted(args)
             mid = (ordered[(len(args) - 1) // 2] + ordered[len(args) // 2]) // 2
             stack[-1].append((min(args), max(args), mid, sum(args) % 10)[op - OP_ID])
@@ -73,8 +84,10 @@ def evaluate(source: str) -> int:
             stack.append([token])
         else:
             stack[-1].append(token - DIGIT_ID)
-    if len(stack) != 1 or len(stack[0]) != 1:
-        raise ValueError("not a single complete ListOps expression")
+    if len(stack) > 1:
+        raise ValueError(f"{len(stack) - 1} operator(s) never closed")
+    if not stack[0]:
+        raise ValueError("no expression")
     return stack[0][0]
 
 
@@ -91,27 +104,43 @@ def write_tsv(
 
 
 def read_tsv(path: Path, rebuild_cmd: str) -> tuple[list[np.ndarray], np.ndarray]:
-    """Token-id sequences and labels of an official ListOps TSV; a bad line raises DataError."""
+    """Token-id sequences and labels of an official ListOps TSV.
+
+    Every row must be a well-formed expression whose value is its Target; a bad row (or byte, or an empty
+    file) raises DataError naming the file and line.
+    """
     sequences, labels = [], []
-    with open(path, encoding="utf-8", newline="") as f:
-        if f.readline().rstrip("\r\n") != TSV_HEADER:
-            raise fail(path, f"line 1: header is not {TSV_HEADER!r}", rebuild_cmd)
-        for line_no, line in enumerate(f, start=2):
-            line = line.rstrip("\r\n")
-            if not line:
-                continue
-            fields = line.split("\t")
-            if len(fields) != 2 or fields[1] not in VOCAB[DIGIT_ID : DIGIT_ID + 10]:
-                raise fail(path, f"line {line_no}: expected 'Source<TAB>Target' with Target 0-9", rebuild_cmd)
-            source = fields[0]
-            if source.count("(") != source.count(")") or source.count("[") != source.count("]"):
-                raise fail(path, f"line {line_no}: unbalanced brackets in Source", rebuild_cmd)
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(f, start=1):
             try:
-                ids = tokenize(source)
-            except ValueError as e:
-                raise fail(path, f"line {line_no}: {e}", rebuild_cmd) from None
-            if not ids:
-                raise fail(path, f"line {line_no}: empty Source", rebuild_cmd)
-            sequences.append(np.array(ids, np.uint8))
-            labels.append(int(fields[1]))
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as e:
+                raise fail(path, f"line {line_no}: byte {e.start + 1} is not UTF-8 ({e.reason})", rebuild_cmd) from None
+            if line_no == 1:
+                if line != TSV_HEADER:
+                    raise fail(path, f"line 1: header is not {TSV_HEADER!r}", rebuild_cmd)
+            elif line:
+                ids, label = parse_row(line, line_no, path, rebuild_cmd)
+                sequences.append(np.array(ids, np.uint8))
+                labels.append(label)
+    if not labels:
+        raise fail(path, "no rows after the header (an empty split)", rebuild_cmd)
     return sequences, np.array(labels, np.int64)
+
+
+def parse_row(line: str, line_no: int, path: Path, rebuild_cmd: str) -> tuple[list[int], int]:
+    """Token ids and label of one ``Source<TAB>Target`` row, checked by evaluating the expression."""
+    fields = line.split("\t")
+    if len(fields) != 2 or fields[1] not in VOCAB[DIGIT_ID : DIGIT_ID + 10]:
+        raise fail(path, f"line {line_no}: expected 'Source<TAB>Target' with Target 0-9", rebuild_cmd)
+    source, label = fields[0], int(fields[1])
+    if source.count("(") != source.count(")") or source.count("[") != source.count("]"):
+        raise fail(path, f"line {line_no}: unbalanced brackets in Source", rebuild_cmd)
+    try:
+        ids = tokenize(source)
+        value = evaluate_ids(ids)
+    except ValueError as e:
+        raise fail(path, f"line {line_no}: Source is not a ListOps expression: {e}", rebuild_cmd) from None
+    if value != label:
+        raise fail(path, f"line {line_no}: Target is {label} but the expression's value is {value}", rebuild_cmd)
+    return ids, label

@@ -28,10 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep.compact import load_split, start_task_dir, write_manifest, write_split
+from data_prep.compact import load_split, write_manifest, write_split
 from data_prep.pathfinder_draw import Tables, build_tables
 from data_prep.pathfinder_grow import Batch, grow_distractors, grow_targets, render
 from data_prep.pathfinder_io import HARD, import_release, write_preview
+from data_prep.staging import staged_task_dir
 
 SPLITS = {"train": 0.8, "val": 0.1, "test": 0.1}  # LRA: [:80%], [80%:90%], [90%:]
 VOCAB = [str(level) for level in range(256)]
@@ -156,14 +157,15 @@ def generate_command(task: str, out: Path, count: int, seed: int) -> str:
 
 def write_task(out: Path, task: str, tokens: np.ndarray, labels: np.ndarray, source: dict, command: str) -> Path:
     """Write the 80/10/10 compact splits and the manifest of ``task`` under ``out``."""
-    task_dir = start_task_dir(Path(out) / task)
+    task_dir = Path(out) / task
     length = tokens.shape[1]
-    entries = {}
-    for split, (a, b) in split_bounds(labels.size).items():
-        offsets = np.arange(b - a + 1, dtype=np.int64) * length
-        entries[split] = write_split(task_dir, split, (tokens[a:b].reshape(-1), offsets), labels[a:b], 256)
-    write_manifest(task_dir, task=task, vocab=VOCAB, num_classes=NUM_CLASSES, splits=entries, source=source,
-                   command=command)
+    with staged_task_dir(task_dir) as stage:
+        entries = {}
+        for split, (a, b) in split_bounds(labels.size).items():
+            offsets = np.arange(b - a + 1, dtype=np.int64) * length
+            entries[split] = write_split(stage, split, (tokens[a:b].reshape(-1), offsets), labels[a:b], 256)
+        write_manifest(stage, task=task, vocab=VOCAB, num_classes=NUM_CLASSES, splits=entries, source=source,
+                       command=command)
     return task_dir
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from data_prep.compact import DataError, fail
+from data_prep.compact import DataError, fail, inside
 
 RELEASE_FOLDERS = {32: "pathfinder32", 128: "pathfinder128"}
 HARD = "curv_contour_length_14"
@@ -55,12 +55,12 @@ def read_image(path: Path, window: int, where: str, command: str) -> np.ndarray:
     """One PNG as (window * window,) uint8 grey levels."""
     try:
         with Image.open(path) as image:
+            if image.size != (window, window):  # checked before decoding: a huge image is never expanded
+                raise fail(path, f"image listed at {where} is {image.size[0]}x{image.size[1]}, expected "
+                                 f"{window}x{window}", command)
             pixels = np.asarray(image.convert("L"), dtype=np.uint8)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, Image.DecompressionBombError) as e:
         raise fail(path, f"cannot read image listed at {where} ({e})", command) from e
-    if pixels.shape != (window, window):
-        raise fail(path, f"image listed at {where} is {pixels.shape[1]}x{pixels.shape[0]}, expected "
-                         f"{window}x{window}", command)
     return pixels.reshape(-1)
 
 
@@ -81,7 +81,10 @@ def import_release(source: Path, window: int, command: str, log: Callable[[str],
     images, labels, empty = [], [], 0
     for meta in files:
         for relative, number, label in read_metadata(meta, command):
-            pixels = read_image(root / relative, window, f"{meta}, line {number}", command)
+            path = inside(root, relative)
+            if path is None:
+                raise fail(meta, f"line {number}: image path {relative!r} leads outside {root}", command)
+            pixels = read_image(path, window, f"{meta}, line {number}", command)
             if not pixels.any():
                 empty += 1
                 continue

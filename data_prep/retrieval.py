@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from data_prep.byte_tokens import VOCAB, BytePacker
-from data_prep.compact import DataError, fail, pack_sequences, start_task_dir, write_arrays, write_manifest
+from data_prep.compact import DataError, fail, pack_sequences, write_arrays, write_manifest
+from data_prep.staging import staged_task_dir
 
 TASK = "retrieval"
 NUM_CLASSES = 2
@@ -111,15 +112,16 @@ def convert(source: Path, out: Path, *, max_length: int = MAX_LENGTH,
     folder = find_tsv_dir(source)
     command = prepare_command(out, source, max_length)
     read = {split: read_pairs(folder / name, max_length, command) for split, name in SPLIT_FILES.items()}
-    task_dir = start_task_dir(Path(out) / TASK)
-    entries = {}
-    for split, (first, second, labels) in read.items():
-        entries[split] = write_pair_split(task_dir, split, first, second, labels)
-        log(f"retrieval: {split} {labels.size} pairs from {folder / SPLIT_FILES[split]}")
     source_info = {"import": "LRA release AAN TSV", "path": str(folder.resolve()), "max_length": max_length,
                    "tokens": "UTF-8 bytes, id = byte + 1 (tfds ByteTextEncoder)"}
-    write_manifest(task_dir, task=TASK, vocab=VOCAB, num_classes=NUM_CLASSES, splits=entries,
-                   source=source_info, command=command)
+    task_dir = Path(out) / TASK
+    with staged_task_dir(task_dir) as stage:
+        entries = {}
+        for split, (first, second, labels) in read.items():
+            entries[split] = write_pair_split(stage, split, first, second, labels)
+            log(f"retrieval: {split} {labels.size} pairs from {folder / SPLIT_FILES[split]}")
+        write_manifest(stage, task=TASK, vocab=VOCAB, num_classes=NUM_CLASSES, splits=entries,
+                       source=source_info, command=command)
     log(f"retrieval: wrote {task_dir}")
     return task_dir
 
@@ -128,7 +130,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``python -m data_prep retrieval``."""
     parser.add_argument("--out", type=Path, required=True, metavar="DIR",
                         help="root of prepared data; writes OUT/retrieval/")
-    parser.add_argument("--source", type=Path, required=True, metavar="PATH",
+    parser.add_argument("--source", type=Path, metavar="PATH",
                         help="tsv_data/ of the LRA release (or the release root holding it)")
     parser.add_argument("--max-length", type=int, default=MAX_LENGTH, metavar="N",
                         help=f"bytes kept per document (default {MAX_LENGTH})")
@@ -136,5 +138,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``python -m data_prep retrieval`` with parsed ``args``."""
+    if args.source is None:
+        raise DataError(f"--source PATH is required: Retrieval is converted from {SOURCE_HELP}. Then run: "
+                        f"{prepare_command(args.out)}")
     convert(args.source, args.out, max_length=args.max_length)
     return 0

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from data_prep.byte_tokens import VOCAB, BytePacker
-from data_prep.compact import DataError, start_task_dir, write_manifest, write_split
+from data_prep.compact import DataError, inside, write_manifest, write_split
+from data_prep.staging import staged_task_dir
 
 TASK = "text"
 NUM_CLASSES = 2
@@ -71,10 +72,15 @@ def find_source(source: Path) -> tuple[str, Path]:
 
 
 def read_aclimdb(folder: Path, split: str) -> list[Example]:
-    """All reviews of ``folder/split/{neg,pos}/*.txt`` as (label, bytes)."""
+    """All reviews of ``folder/split/{neg,pos}/*.txt`` as (label, bytes); none may lead outside ``folder``."""
     examples = []
     for name, label in LABELS.items():
-        examples += [(label, path.read_bytes()) for path in sorted((folder / split / name).glob("*.txt"))]
+        for path in sorted((folder / split / name).glob("*.txt")):
+            real = inside(folder, path.relative_to(folder))
+            if real is None:
+                raise DataError(f"{path}: a link that leads outside {folder}; an IMDB review is a plain file. "
+                                f"Replace it with the review, or remove it")
+            examples.append((label, real.read_bytes()))
     return examples
 
 
@@ -139,11 +145,6 @@ def convert(source: Path, out: Path, *, max_length: int = MAX_LENGTH, val_fracti
         "val": [read["train"][i] for i in val_idx],
         "test": read["test"],
     }
-    task_dir = start_task_dir(Path(out) / TASK)
-    entries = {}
-    for split, examples in parts.items():
-        entries[split] = _write(task_dir, split, examples, max_length)
-        log(f"text: {split} {len(examples)} reviews")
     source_info = {
         "import": f"IMDB ({'aclImdb folders' if layout == 'aclimdb' else 'stanfordnlp/imdb parquet'})",
         "path": str(folder.resolve()),
@@ -154,8 +155,14 @@ def convert(source: Path, out: Path, *, max_length: int = MAX_LENGTH, val_fracti
         "order": "sorted by (label, review bytes)",
         "tokens": "UTF-8 bytes, id = byte + 1 (tfds ByteTextEncoder)",
     }
-    write_manifest(task_dir, task=TASK, vocab=VOCAB, num_classes=NUM_CLASSES, splits=entries,
-                   source=source_info, command=command)
+    task_dir = Path(out) / TASK
+    with staged_task_dir(task_dir) as stage:
+        entries = {}
+        for split, examples in parts.items():
+            entries[split] = _write(stage, split, examples, max_length)
+            log(f"text: {split} {len(examples)} reviews")
+        write_manifest(stage, task=TASK, vocab=VOCAB, num_classes=NUM_CLASSES, splits=entries,
+                       source=source_info, command=command)
     log(f"text: wrote {task_dir}")
     return task_dir
 
@@ -164,7 +171,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``python -m data_prep text``."""
     parser.add_argument("--out", type=Path, required=True, metavar="DIR",
                         help="root of prepared data; writes OUT/text/")
-    parser.add_argument("--source", type=Path, required=True, metavar="PATH",
+    parser.add_argument("--source", type=Path, metavar="PATH",
                         help="aclImdb/ (or its parent), or the folder with the stanfordnlp/imdb parquet files")
     parser.add_argument("--max-length", type=int, default=MAX_LENGTH, metavar="N",
                         help=f"bytes kept per review (default {MAX_LENGTH}; 0 keeps whole reviews)")
@@ -176,5 +183,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``python -m data_prep text`` with parsed ``args``."""
+    if args.source is None:
+        raise DataError(f"--source PATH is required: Text is converted from {SOURCE_HELP}. Then run: "
+                        f"{prepare_command(args.out)}")
     convert(args.source, args.out, max_length=args.max_length, val_fraction=args.val_fraction, seed=args.seed)
     return 0

@@ -1,6 +1,7 @@
 """Tests of the compact prepared-data format: round trip, atomic writes and every refusal path."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -14,12 +15,12 @@ from data_prep.compact import (
     load_split,
     manifest_path,
     pack_sequences,
-    start_task_dir,
     token_dtype,
     write_arrays,
     write_manifest,
     write_split,
 )
+from data_prep.staging import staged_task_dir
 
 REBUILD = "python -m data_prep toy --out data"
 VOCAB = ["<pad>", "a", "b", "c", "d"]
@@ -120,12 +121,47 @@ def test_atomic_output_replaces_on_success_and_keeps_old_file_on_error(tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == ["file.txt"]
 
 
-def test_start_task_dir_removes_stale_manifest(tmp_path):
+def test_staged_task_dir_swaps_in_only_complete_data(tmp_path):
+    task_dir = tmp_path / "toy"
+    task_dir.mkdir()
+    make_task(task_dir)
+    (task_dir / "notes.txt").write_text("mine")
+    before = manifest_path(task_dir).read_bytes()
+    with pytest.raises(RuntimeError), staged_task_dir(task_dir) as stage:
+        write_split(stage, "train", SEQUENCES[:2], LABELS[:2], len(VOCAB))
+        raise RuntimeError("bad input found half way")
+    assert manifest_path(task_dir).read_bytes() == before
+    assert len(load_split(task_dir, "train", rebuild_cmd=REBUILD)) == 3
+    with staged_task_dir(task_dir) as stage:
+        make_task(stage, SEQUENCES[:2], LABELS[:2])
+    assert len(load_split(task_dir, "train", rebuild_cmd=REBUILD)) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["toy"]  # the staging folder is gone
+    assert (task_dir / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("file", ["../elsewhere.npz", "/tmp/elsewhere.npz", "sub/train.npz", "link.npz"])
+def test_manifest_file_outside_the_folder_is_refused(tmp_path, file):
+    task_dir, elsewhere = tmp_path / "toy", tmp_path / "elsewhere"
+    task_dir.mkdir()
+    elsewhere.mkdir()
+    make_task(elsewhere)
+    make_task(task_dir)
+    os.symlink(elsewhere / "train.npz", task_dir / "link.npz")
+    manifest = json.loads(manifest_path(task_dir).read_text())
+    manifest["splits"]["train"]["file"] = file
+    manifest_path(task_dir).write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match=r"field 'splits.train.file' .* is not a file in") as error:
+        load_split(task_dir, "train", rebuild_cmd=REBUILD)
+    assert_names_file_and_command(error, "manifest.json")
+
+
+def test_manifest_without_source_names_the_field(tmp_path):
     make_task(tmp_path)
-    start_task_dir(tmp_path)
-    assert not manifest_path(tmp_path).exists()
-    with pytest.raises(DataError) as error:
-        load_split(tmp_path, "train", rebuild_cmd=REBUILD)
+    manifest = json.loads(manifest_path(tmp_path).read_text())
+    del manifest["source"]
+    manifest_path(tmp_path).write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match="field 'source' is missing") as error:
+        load_manifest(tmp_path, rebuild_cmd=REBUILD)
     assert_names_file_and_command(error, "manifest.json")
 
 

@@ -209,6 +209,11 @@ def test_tsv_import_round_trip(task_dir, splits, tmp_path):
         ("( ( ( [MAX 2 ) 9 ) ] )", "Target"),
         ("( ( ( [MAX 2 ) 9 ) ]\t9", "unbalanced"),
         ("( ( ( [MAX 2 ) 9 ) ] )\t12", "Target"),
+        ("] 2 3 [MAX\t3", "closes no operator"),
+        ("( ( ( [MAX 2 ) 9 ) ] )\t7", "Target is 7 but the expression's value is 9"),
+        ("( ( [MAX ) ] )\t1", "before any argument"),
+        ("( ( ( [MAX 2 ) 9 ) ] ) 4\t9", "follows a complete expression"),
+        ("\t3", "no expression"),
     ],
 )
 def test_malformed_tsv_line_names_file_and_line(task_dir, tmp_path, bad_line, problem):
@@ -222,6 +227,47 @@ def test_malformed_tsv_line_names_file_and_line(task_dir, tmp_path, bad_line, pr
     with pytest.raises(DataError, match=problem) as error:
         listops.import_tsv(source, tmp_path / "out", log=quiet)
     assert "basic_val.tsv: line 5: " in str(error.value)
+
+
+def official_copy(task_dir, folder, edit=None):
+    """The three TSVs of ``task_dir`` in ``folder``; ``edit(split, lines)`` may change the lines of one."""
+    folder.mkdir(exist_ok=True)
+    for split in SPLITS:
+        lines = (task_dir / f"basic_{split}.tsv").read_bytes().split(b"\r\n")
+        (folder / f"basic_{split}.tsv").write_bytes(b"\r\n".join(edit(split, lines) if edit else lines))
+    return folder
+
+
+def test_non_utf8_byte_names_file_and_line(task_dir, tmp_path):
+    def bad_byte(split, lines):
+        if split == "test":
+            lines[3] = lines[3][:7] + b"\xff" + lines[3][7:]
+        return lines
+
+    with pytest.raises(DataError, match=r"basic_test.tsv: line 4: byte 8 is not UTF-8"):
+        listops.import_tsv(official_copy(task_dir, tmp_path / "source", bad_byte), tmp_path / "out", log=quiet)
+
+
+def test_empty_split_is_refused(task_dir, tmp_path):
+    source = official_copy(task_dir, tmp_path / "source", lambda split, lines: lines[:1] if split == "val" else lines)
+    with pytest.raises(DataError, match="basic_val.tsv: no rows after the header"):
+        listops.import_tsv(source, tmp_path / "out", log=quiet)
+
+
+def test_failed_import_leaves_the_data_already_there(task_dir, splits, tmp_path):
+    good = listops.import_tsv(official_copy(task_dir, tmp_path / "good"), tmp_path / "out", log=quiet)
+    before = {p.name: p.read_bytes() for p in good.iterdir()}
+
+    def bad_last_split(split, lines):
+        if split == "test":
+            lines[2] = b"] 2 3 [MAX\t3"
+        return lines
+
+    with pytest.raises(DataError, match="basic_test.tsv: line 3"):
+        listops.import_tsv(official_copy(task_dir, tmp_path / "bad", bad_last_split), tmp_path / "out", log=quiet)
+    assert {p.name: p.read_bytes() for p in good.iterdir()} == before
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["listops"]  # no staging folder left behind
+    np.testing.assert_array_equal(load_split(good, "val", rebuild_cmd=REBUILD).labels, splits["val"].labels)
 
 
 def test_missing_header_is_an_error(task_dir, tmp_path):

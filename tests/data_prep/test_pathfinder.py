@@ -8,6 +8,8 @@ gaps at 32x32), so the fill bridges gaps up to the documented clearance: 2 pixel
 from __future__ import annotations
 
 import dataclasses
+import struct
+import zlib
 from collections import deque
 
 import numpy as np
@@ -143,6 +145,38 @@ def test_importer_names_file_and_line_of_a_malformed_row(tmp_path, images32):
     write_release(tmp_path, images[:3], labels[:3], extra_lines=["imgs/0 sample_9.png 9 maybe"])
     with pytest.raises(DataError, match=r"metadata[/\\]0\.npy, line 4: expected"):
         pathfinder.import_official(tmp_path, tmp_path / "out", "pathfinder", log=lambda _: None)
+
+
+@pytest.mark.parametrize("folder", ["../elsewhere", "{abs}"])
+def test_importer_refuses_image_paths_leading_outside_the_release(tmp_path, images32, folder):
+    images, labels = images32
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    Image.fromarray(images[0], "L").save(elsewhere / "sample_0.png")  # a readable image: only the path is wrong
+    folder = folder.format(abs=elsewhere)
+    root = tmp_path / "release"
+    write_release(root, images[:12], labels[:12], extra_lines=[f"{folder} sample_0.png 0 1 1.0 14 4 2 0.5 1 1"])
+    with pytest.raises(DataError, match=r"0\.npy: line 13: image path .* leads outside"):
+        pathfinder.import_official(root, tmp_path / "out", "pathfinder", log=lambda _: None)
+
+
+def png_header(width: int, height: int) -> bytes:
+    """A tiny PNG that claims ``width`` x ``height`` grey pixels (a decompression bomb to a reader)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+
+
+@pytest.mark.parametrize("side, problem", [(20_000, "decompression bomb"), (9_000, "is 9000x9000, expected 32x32")])
+def test_importer_refuses_a_decompression_bomb_by_name(tmp_path, images32, side, problem):
+    images, labels = images32
+    write_release(tmp_path, images[:12], labels[:12])
+    (tmp_path / "imgs" / "0" / "sample_3.png").write_bytes(png_header(side, side))
+    with pytest.raises(DataError, match=r"sample_3\.png: .*0\.npy, line 4") as error:
+        pathfinder.import_official(tmp_path, tmp_path / "out", "pathfinder", log=lambda _: None)
+    assert problem in str(error.value)
 
 
 def test_source_with_generator_options_is_refused(tmp_path, capsys):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from data_prep import text
+from data_prep.__main__ import main as data_prep_main
 from data_prep.byte_tokens import decode
 from data_prep.compact import DataError, load_manifest, load_split
 from tests.data_prep.official_fixtures import imdb_reviews, write_aclimdb
@@ -136,3 +137,23 @@ def test_cli_rebuilds_identical_files_and_reports_errors(source, task_dir, tmp_p
         assert (tmp_path / "text" / f"{split}.npz").read_bytes() == (task_dir / f"{split}.npz").read_bytes()
     bad = cli("--source", str(tmp_path / "nowhere"), "--out", str(tmp_path))
     assert bad.returncode == 2 and "no IMDB data found" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_review_linking_outside_the_folder_is_refused(reviews, tmp_path):
+    source = write_aclimdb(tmp_path / "imdb", reviews)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not a review")
+    (source / "train" / "pos" / "0_8.txt").unlink()
+    os.symlink(secret, source / "train" / "pos" / "0_8.txt")
+    with pytest.raises(DataError, match=r"0_8\.txt: a link that leads outside"):
+        text.convert(source, tmp_path / "out", log=quiet)
+    assert not (tmp_path / "out" / "text").exists()
+
+
+@pytest.mark.parametrize("task, where", [("text", "aclImdb_v1.tar.gz"), ("retrieval", "lra_release.gz"),
+                                         ("image", "cifar-10-python.tar.gz")])
+def test_cli_without_source_says_where_the_files_come_from(tmp_path, capsys, task, where):
+    assert data_prep_main([task, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--source PATH is required" in err and where in err
+    assert f"python -m data_prep {task} --source PATH --out {tmp_path}" in err
