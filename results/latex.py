@@ -8,7 +8,7 @@ import pandas as pd
 
 from results.markdown import attention_order, shown_tasks
 from results.protocol import DEFAULT_TAG
-from results.summary import AVERAGE, MAJORITY, best_flags
+from results.summary import AVERAGE, MAJORITY, best_flags, shown_beside
 
 TITLES = {"listops": "ListOps", "text": "Text", "retrieval": "Retrieval", "image": "Image",
           "pathfinder": "Pathfinder", "pathx": "Path-X", AVERAGE: "Avg."}
@@ -63,6 +63,8 @@ def tag_tabular(tag: str, summary: pd.DataFrame, references: dict[str, pd.DataFr
     for _, row in summary[~ours].iterrows():
         lines.append(row_line(["majority class", *(latex_cell(row[f"{task}_mean"]) for task in tasks)]))
     for label, frame in references.items():
+        if not shown_beside(tag, frame):
+            continue
         methods = [method for method in ran if method in frame.index]
         if not methods or not any(task in frame.columns for task in tasks):
             continue

@@ -8,7 +8,7 @@ import pandas as pd
 
 from results.collect import CLASSIC_TASKS, UNTAGGED, Problem
 from results.protocol import DEFAULT_TAG, TRAINER_KEYS
-from results.summary import AVERAGE, MAJORITY, best_flags
+from results.summary import AVERAGE, MAJORITY, best_flags, follows, shown_beside
 
 
 def format_cell(mean, std=math.nan, n=None) -> str:
@@ -61,11 +61,16 @@ def attention_order(attentions, references: dict[str, pd.DataFrame]) -> list[str
     return sorted(attentions, key=lambda a: (order.index(a) if a in order else len(order), a))
 
 
-def tag_table(summary: pd.DataFrame, references: dict[str, pd.DataFrame], published_rows: bool = False) -> str:
-    """One tag's table: per task our cell (best in bold), then each published column and ours − published.
+def tag_table(tag: str, summary: pd.DataFrame, references: dict[str, pd.DataFrame],
+              published_rows: bool = False) -> str:
+    """One tag's table: per task our cell (best in bold), then each published column shown beside this tag and,
+    where the tag follows that table's protocol, ours − published.
 
     Rows = our attentions; ``published_rows`` adds the published methods we have not run (blank on our side).
     """
+    order = references  # rows keep the published tables' order in every section
+    references = {label: frame for label, frame in references.items() if shown_beside(tag, frame)}
+    deltas = {label: follows(tag, frame) for label, frame in references.items()}
     columns = shown_tasks(summary)
     best = best_flags(summary).set_index(summary["attention"])
     ours = summary[summary["attention"] != MAJORITY].set_index("attention")
@@ -75,8 +80,8 @@ def tag_table(summary: pd.DataFrame, references: dict[str, pd.DataFrame], publis
         header.append(task)
         for label, frame in references.items():
             if task in frame.columns:
-                header += [f"{task} ({label})", f"{task} Δ ({label})"]
-    attentions = attention_order(ours.index, references)
+                header += [f"{task} ({label})"] + ([f"{task} Δ ({label})"] if deltas[label] else [])
+    attentions = attention_order(ours.index, order)
     if published_rows:
         published = attention_order({name for frame in references.values() for name in frame.index}, references)
         attentions += [a for a in published if a not in attentions]
@@ -91,17 +96,17 @@ def tag_table(summary: pd.DataFrame, references: dict[str, pd.DataFrame], publis
                 row.append(bold(format_cell(mean, mine[f"{task}_std"], n), best.loc[attention, f"{task}_mean"]))
             else:
                 row.append("")
-            for frame in references.values():
+            for label, frame in references.items():
                 if task in frame.columns:
                     published = frame[task].get(attention, math.nan)
-                    row += [format_cell(published), format_delta(mean - published)]
+                    row += [format_cell(published)] + ([format_delta(mean - published)] if deltas[label] else [])
         rows.append(row)
     if not majority.empty:
         first = majority.iloc[0]
         row = ["majority class"]
         for task in columns:
             row.append(format_cell(first[f"{task}_mean"]))
-            row += ["", ""] * sum(task in frame.columns for frame in references.values())
+            row += [""] * sum((1 + deltas[label]) * (task in frame.columns) for label, frame in references.items())
         rows.append(row)
     return markdown_table(header, rows)
 
@@ -123,7 +128,10 @@ def reading_notes(references: dict[str, pd.DataFrame]) -> str:
         "of completed runs, n = seeds; a single seed shows no ±. Blank = no run, never zero.",
         f"`{AVERAGE}` = mean of the {classic} means, only when all five are present.",
         "**Bold** = the highest mean of our attentions in that column (at the shown decimals; ties all bold).",
-        "`Δ (paper)` = ours − published, in accuracy points.",
+        "`Δ (paper)` = ours − published, in accuracy points, printed only where our runs follow that table's "
+        "protocol (tag `default` = the PyTorch-port protocol beside the Nystromformer and Skyformer ports; tag "
+        "`lra_original` beside the LRA paper). Tables of a protocol of their own (the LLoPS paper's) are shown beside "
+        "`default` without a delta.",
         "`majority class` = accuracy of always predicting the test set's most frequent class.",
         "Text (IMDB) has no validation split: the checkpoint is chosen on a held-out slice of train.",
         *(f"`({label})`: {(frame.attrs.get('source') or 'published numbers').rstrip('.')}."
@@ -139,9 +147,13 @@ def reading_notes(references: dict[str, pd.DataFrame]) -> str:
 def tag_notes(tag: str, summary: pd.DataFrame) -> list[str]:
     """Under one tag's table: a warning unless it is the full protocol, and the classic tasks not run."""
     lines = []
-    if tag != DEFAULT_TAG:
+    if tag == "quick":
+        lines.append("**Pipeline check at reduced scale** (ListOps lengths 50-200, 1.5k steps on a CPU): it shows "
+                     "that every attention trains, not how they rank; no published number is comparable.")
+    elif tag != DEFAULT_TAG:
         tagged = "carry no `tag`" if tag == UNTAGGED else f"are tagged `{tag}`, not `{DEFAULT_TAG}`"
-        lines.append(f"**Not comparable:** these runs {tagged}; the published columns are the full protocol.")
+        lines.append(f"These runs {tagged}: a published table is shown beside them only when it follows the "
+                     f"same protocol.")
     for _, row in summary[summary["attention"] != MAJORITY].iterrows():
         absent = [task for task in CLASSIC_TASKS if pd.isna(row[f"{task}_mean"])]
         if absent:
@@ -160,7 +172,7 @@ def to_markdown(summary: pd.DataFrame, problems: list[Problem], references: dict
     parts = ["# Long Range Arena: test accuracy (%)", reading_notes(references)]
     for tag in tags:
         mine = summary[summary["tag"] == tag]
-        parts += [f"## tag `{tag}`", tag_table(mine, references, published_rows)]
+        parts += [f"## tag `{tag}`", tag_table(tag, mine, references, published_rows)]
         lines = tag_notes(tag, mine) + (notes or {}).get(tag, [])
         if lines:
             parts.append("\n".join(f"- {line}" for line in lines))

@@ -17,6 +17,14 @@ REFERENCES = {  # file stem -> column label
     "lra_llops_table": "LLoPS paper", "lra_paper": "LRA paper", "nystromformer_port": "Nystromformer port",
     "skyformer_port": "Skyformer port", "xformers_port": "xFormers port",
 }
+# file stem -> the tag of our runs that follow that table's protocol (a delta is printed only for those);
+# None: a protocol of its own (shown beside the full-protocol runs for context, never subtracted)
+PROTOCOLS = {
+    "lra_llops_table": None, "lra_paper": "lra_original", "nystromformer_port": "default",
+    "skyformer_port": "default", "xformers_port": None,  # xFormers: pre-norm GELU, 10k ListOps steps
+}
+DEFAULT_REFERENCES = ("nystromformer_port", "skyformer_port", "lra_llops_table")
+FULL_PROTOCOL_TAG = "default"
 DISPLAY_DECIMALS = 2
 
 
@@ -69,7 +77,8 @@ def summarize(long: pd.DataFrame) -> pd.DataFrame:
 def load_reference(name: str = "lra_llops_table", index: str | None = "method") -> pd.DataFrame:
     """Published table `results/reference/<name>.csv` (indexed by `index` unless None), values as printed.
 
-    The csv's leading `#` lines (its source) are kept in `frame.attrs["source"]`.
+    The csv's leading `#` lines (its source) are kept in `frame.attrs["source"]`, the tag whose runs follow
+    its protocol in `frame.attrs["protocol"]` (`PROTOCOLS`).
     """
     path = REFERENCE_DIR / f"{name}.csv"
     lines = path.read_text(encoding="utf-8").splitlines()
@@ -77,7 +86,20 @@ def load_reference(name: str = "lra_llops_table", index: str | None = "method") 
     frame = pd.read_csv(path, comment="#")
     frame = frame.set_index(index) if index else frame
     frame.attrs["source"] = source
+    frame.attrs["protocol"] = PROTOCOLS.get(name)
     return frame
+
+
+def follows(tag: str, frame: pd.DataFrame) -> bool:
+    """Whether runs of `tag` follow the protocol of the published table `frame` (so ours − published means
+    something)."""
+    return frame.attrs.get("protocol") == tag
+
+
+def shown_beside(tag: str, frame: pd.DataFrame) -> bool:
+    """Whether the published table `frame` is shown in `tag`'s section: its own protocol's runs, and the
+    full-protocol runs for tables of a protocol of their own (then without a delta)."""
+    return follows(tag, frame) or (tag == FULL_PROTOCOL_TAG and frame.attrs.get("protocol") is None)
 
 
 def best_flags(summary: pd.DataFrame) -> pd.DataFrame:
@@ -95,13 +117,16 @@ def add_published(summary: pd.DataFrame, references: dict[str, pd.DataFrame]) ->
     """Append `<task>_<name>` (published, %) and `<task>_delta_<name>` (ours − published) per reference table.
 
     `references` maps a file stem to its `load_reference` frame; only tasks (and `average`) both sides have get
-    columns; the majority-class row stays blank.
+    columns; the majority-class row stays blank. The published value is filled on rows whose tag is shown
+    beside that table, the delta only on rows whose tag follows its protocol (`follows`).
     """
     extra = {}
     tasks = [column[: -len("_mean")] for column in summary.columns if column.endswith("_mean")]
     for name, frame in references.items():
+        shown = summary["tag"].map({tag: shown_beside(tag, frame) for tag in summary["tag"].unique()}).astype(bool)
+        same_protocol = summary["tag"].map({tag: follows(tag, frame) for tag in summary["tag"].unique()}).astype(bool)
         for task in [task for task in tasks if task in frame.columns]:
             values = summary["attention"].map(frame[task]).where(summary["attention"] != MAJORITY).astype("float64")
-            extra[f"{task}_{name}"] = values
-            extra[f"{task}_delta_{name}"] = summary[f"{task}_mean"] - values
+            extra[f"{task}_{name}"] = values.where(shown)
+            extra[f"{task}_delta_{name}"] = (summary[f"{task}_mean"] - values).where(same_protocol)
     return pd.concat([summary, pd.DataFrame(extra, index=summary.index)], axis=1)

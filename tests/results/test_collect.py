@@ -94,9 +94,11 @@ def test_average_only_with_all_five_tasks(tmp_path):
     write_record(tmp_path, "listops", "llops", 0, 0.5, tag="default")
     summary = summarize(collect([tmp_path])[0])
     assert cell(summary, "default", "softmax", "average_mean") == pytest.approx(60.0)
-    rows = table_cells(section(to_markdown(summary, [], {"LLoPS paper": load_reference()}), "default"))
+    references = {"LLoPS paper": load_reference(), "Skyformer port": load_reference("skyformer_port")}
+    rows = table_cells(section(to_markdown(summary, [], references), "default"))
     assert rows["softmax"]["average"] == "**60.00**" and rows["softmax"]["average (LLoPS paper)"] == "69.90"
-    assert rows["softmax"]["average Δ (LLoPS paper)"] == "−9.90"
+    assert "average Δ (LLoPS paper)" not in rows["softmax"]  # its own protocol: shown, never subtracted
+    assert rows["softmax"]["average Δ (Skyformer port)"] == "+2.63"  # the port protocol is ours (tag default)
     assert rows["llops"]["average"] == "" and rows["llops"]["average (LLoPS paper)"] == "67.16"
     assert cell(summary, "default", "softmax", "average_n") == 1
     assert math.isnan(cell(summary, "default", "llops", "average_mean"))
@@ -110,15 +112,14 @@ def test_markdown_has_paper_columns_and_lists_problems(runs):
     rows = table_cells(quick)
     assert list(rows) == ["softmax", "nystrom", "llops", "majority class"]  # only attentions we ran
     assert rows["softmax"]["listops"] == "42.00 ± 2.83 (n=2)"
-    assert rows["softmax"]["listops (LLoPS paper)"] == "48.49"
-    assert rows["softmax"]["listops (LRA paper)"] == "36.37"
-    assert rows["nystrom"]["listops"] == "45.00 (n=1)" and rows["nystrom"]["listops (LRA paper)"] == ""
-    everything = table_cells(section(to_markdown(summarize(long), problems, references, published_rows=True),
-                                     "quick"))
-    assert everything["hedgehog"]["listops"] == "" and everything["hedgehog"]["listops (LLoPS paper)"] == "41.03"
-    assert everything["bigbird"]["listops (LRA paper)"] == "36.05"
+    assert list(rows["softmax"]) == ["attention", "listops"]  # a pipeline check: no published column, no delta
+    assert rows["nystrom"]["listops"] == "45.00 (n=1)"
+    default = table_cells(section(to_markdown(summarize(long), problems, references, published_rows=True),
+                                  "default"))
+    assert default["softmax"]["listops (LLoPS paper)"] == "48.49" and "listops (LRA paper)" not in default["softmax"]
+    assert default["hedgehog"]["listops"] == "" and default["hedgehog"]["listops (LLoPS paper)"] == "41.03"
     assert rows["majority class"]["listops"] == "17.00"
-    assert "**Not comparable:**" in quick and "**Not comparable:**" not in section(markdown, "default")
+    assert "**Pipeline check at reduced scale**" in quick and "Pipeline check" not in section(markdown, "default")
     assert "failed: `" in quick and "RuntimeError: boom" in quick and "Traceback" not in quick
     assert "2610.14219" in markdown.split("## tag")[0] and "2011.04006" in markdown.split("## tag")[0]
     assert "Missing for `softmax` (no completed run): text, retrieval, image, pathfinder." in quick

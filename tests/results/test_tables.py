@@ -15,7 +15,7 @@ from tests.results.records import write_record
 
 def table_rows(markdown, tag):
     """{attention: {column: cell}} of one tag's table."""
-    text = markdown.split(f"## tag `{tag}`")[1]
+    text = markdown.split(f"## tag `{tag}`")[1].split("\n## ")[0]
     lines = [line for line in text.splitlines() if line.startswith("|")]
     split = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
     return {row[0]: dict(zip(split[0], row, strict=True)) for row in split[2:]}
@@ -28,6 +28,7 @@ def summary(tmp_path):
         for seed, acc in enumerate(accs):
             write_record(tmp_path, "listops", attention, seed, acc)
     write_record(tmp_path, "listops", "my_attn", 0, 0.30, tag="default")
+    write_record(tmp_path, "listops", "softmax", 0, 0.24, tag="default")
     return summarize(collect([tmp_path])[0])
 
 
@@ -52,12 +53,17 @@ def test_best_flags_compare_at_shown_decimals():
 
 
 def test_markdown_bold_best_and_delta_columns(summary):
-    rows = table_rows(to_markdown(summary, [], {"LLoPS paper": load_reference()}), "quick")
+    references = {"LLoPS paper": load_reference(), "Nystromformer port": load_reference("nystromformer_port")}
+    markdown = to_markdown(summary, [], references)
+    rows = table_rows(markdown, "quick")
     assert rows["llops"]["listops"] == "**48.00 ± 2.83 (n=2)**" and rows["based"]["listops"] == "**48.00 (n=1)**"
-    assert rows["softmax"]["listops"] == "42.00 ± 2.83 (n=2)"
-    assert rows["softmax"]["listops (LLoPS paper)"] == "48.49" and rows["softmax"]["listops Δ (LLoPS paper)"] == "−6.49"
-    assert rows["llops"]["listops Δ (LLoPS paper)"] == "−0.29"
-    assert rows["majority class"]["listops"] == "17.00" and rows["majority class"]["listops Δ (LLoPS paper)"] == ""
+    assert rows["softmax"] == {"attention": "softmax", "listops": "42.00 ± 2.83 (n=2)"}  # quick: no published
+    default = table_rows(markdown, "default")
+    assert default["softmax"]["listops (Nystromformer port)"] == "37.10"
+    assert default["softmax"]["listops Δ (Nystromformer port)"] == "−13.10"
+    assert default["softmax"]["listops (LLoPS paper)"] == "48.49"
+    assert "listops Δ (LLoPS paper)" not in default["softmax"]
+    assert default["majority class"]["listops Δ (Nystromformer port)"] == ""
 
 
 def test_format_delta():
@@ -65,12 +71,16 @@ def test_format_delta():
 
 
 def test_add_published_columns(summary):
-    wide = add_published(summary, {"lra_llops_table": load_reference(), "lra_paper": load_reference("lra_paper")})
-    row = wide[(wide["tag"] == "quick") & (wide["attention"] == "softmax")].iloc[0]
-    assert row["listops_lra_llops_table"] == pytest.approx(48.49)
-    assert row["listops_delta_lra_llops_table"] == pytest.approx(42.0 - 48.49)
-    assert row["listops_delta_lra_paper"] == pytest.approx(42.0 - 36.37)
-    assert math.isnan(row["text_delta_lra_llops_table"])  # published, but we have no text run
+    references = {"lra_llops_table": load_reference(), "lra_paper": load_reference("lra_paper"),
+                  "skyformer_port": load_reference("skyformer_port")}
+    wide = add_published(summary, references)
+    quick = wide[(wide["tag"] == "quick") & (wide["attention"] == "softmax")].iloc[0]
+    assert quick.filter(like="_lra_").isna().all() and quick.filter(like="_skyformer_port").isna().all()
+    row = wide[(wide["tag"] == "default") & (wide["attention"] == "softmax")].iloc[0]
+    assert row["listops_lra_llops_table"] == pytest.approx(48.49) and math.isnan(row["listops_delta_lra_llops_table"])
+    assert row["listops_delta_skyformer_port"] == pytest.approx(24.0 - 38.37)
+    assert math.isnan(row["listops_lra_paper"]) and math.isnan(row["listops_delta_lra_paper"])  # JAX protocol
+    assert math.isnan(row["text_delta_skyformer_port"])  # published, but we have no text run
     assert "pathx_lra_llops_table" not in wide and "pathx_lra_paper" in wide  # only tasks a table reports
     majority = wide[wide["attention"] == MAJORITY]
     assert majority["listops_lra_llops_table"].isna().all() and majority["listops_delta_lra_paper"].isna().all()
@@ -78,13 +88,14 @@ def test_add_published_columns(summary):
 
 
 def test_latex_tables(summary):
-    tex = to_latex(summary, {"LLoPS paper": load_reference()})
+    tex = to_latex(summary, {"LLoPS paper": load_reference(), "LRA paper": load_reference("lra_paper")})
     assert tex.count(r"\begin{tabular}") == 2 and tex.count(r"\toprule") == 2 and tex.count(r"\bottomrule") == 2
     default, quick = tex.split(r"\begin{table}")[1:]
     assert r"\label{tab:lra-default}" in default and r"\label{tab:lra-quick}" in quick
     assert r"llops & \textbf{48.00 $\pm$ 2.83} \\" in quick and r"based & \textbf{48.00} \\" in quick
     assert r"softmax & 42.00 $\pm$ 2.83 \\" in quick and r"majority class & 17.00 \\" in quick
-    assert r"\emph{LLoPS paper}" in quick and r"softmax & 48.49 \\" in quick.split(r"\emph{LLoPS paper}")[1]
+    assert r"\emph{LLoPS paper}" in default and r"softmax & 48.49 \\" in default.split(r"\emph{LLoPS paper}")[1]
+    assert r"\emph{" not in quick and r"\emph{LRA paper}" not in default  # only published tables shown beside a tag
     assert r"my\_attn & \textbf{30.00} \\" in default and "Not the full protocol" in quick
     assert "Not the full protocol" not in default
 
@@ -114,12 +125,12 @@ def test_port_tables_values():
 
 
 def test_main_writes_latex_and_delta_csv(tmp_path, capsys):
-    write_record(tmp_path / "runs", "listops", "softmax", 0, 0.40)
+    write_record(tmp_path / "runs", "listops", "softmax", 0, 0.40, tag="default")
     out = tmp_path / "tables"
     assert main([str(tmp_path / "runs"), "--out", str(out), "--reference", "all"]) == 0
     wide = pd.read_csv(out / "lra.csv")
     row = wide[wide["attention"] == "softmax"].iloc[0]
     assert row["listops_delta_skyformer_port"] == pytest.approx(40.0 - 38.37)
-    assert row["listops_delta_xformers_port"] == pytest.approx(40.0 - 37.5)
+    assert row["listops_xformers_port"] == pytest.approx(37.5) and math.isnan(row["listops_delta_xformers_port"])
     assert r"\emph{Skyformer port}" in (out / "lra.tex").read_text()
     assert "listops Δ (Nystromformer port)" in capsys.readouterr().out
