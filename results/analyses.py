@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from results.atomic import write_atomic
-from results.collect import ANALYSIS, find_records
+from results.collect import ANALYSIS, analysis_problem, find_records
 from results.markdown import markdown_table
 from results.summary import load_reference
 
@@ -22,7 +22,8 @@ PUBLISHED = " (published)"
 
 
 def find_analyses(roots: list[str | Path]) -> dict[str, tuple[Path, dict]]:
-    """The newest completed analysis record per analysis name under ``roots``."""
+    """The newest completed analysis record per analysis name under ``roots``; bad ones are skipped (results.collect
+    lists them)."""
     newest: dict[str, tuple[Path, dict]] = {}
     for path in find_records(roots):
         try:
@@ -30,6 +31,8 @@ def find_analyses(roots: list[str | Path]) -> dict[str, tuple[Path, dict]]:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue  # reported by results.collect
         if not isinstance(record, dict) or record.get("kind") != ANALYSIS or record.get("status") != "completed":
+            continue
+        if analysis_problem(record):
             continue
         name = str(record.get("analysis"))
         if name not in newest or str(record.get("finished_at")) > str(newest[name][1].get("finished_at")):

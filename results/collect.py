@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,11 +23,13 @@ COLUMNS = [
 ]
 REQUIRED = ("task", "attention", "seed", "status")
 ANALYSIS = "analysis"
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # an analysis or published-table name: one plain file stem
+REFERENCE_DIR = Path(__file__).with_name("reference")
 
 
 @dataclass(frozen=True)
 class Problem:
-    """A record that is not averaged: unreadable, failed, superseded or lacking a value.
+    """A record that is not averaged: unreadable, failed, superseded, lacking a value or holding a bad one.
 
     `kind` is one of "malformed", "failed", "duplicate", "config drift", "missing test_acc", "bad value";
     `tag` and `run` ("task/attention/seed N") are None/"" when the record could not be read.
@@ -44,17 +47,22 @@ class MalformedRecord(ValueError):
 
 
 def find_records(roots: list[str | Path]) -> list[Path]:
-    """Sorted `result.json` paths under `roots`, each once; a root that is a file counts as itself."""
+    """`result.json` paths under `roots`, root by root (sorted within each), each file once; a root that is a
+    file counts as itself."""
     found: dict[Path, Path] = {}
     for root in map(Path, roots):
         if root.is_file():
             found.setdefault(root.resolve(), root)
         elif root.is_dir():
-            for dirpath, _, filenames in os.walk(root):
-                if RECORD_NAME in filenames:
-                    path = Path(dirpath) / RECORD_NAME
-                    found.setdefault(path.resolve(), path)
-    return sorted(found.values())
+            under = [Path(dirpath) / RECORD_NAME for dirpath, _, names in os.walk(root) if RECORD_NAME in names]
+            for path in sorted(under):
+                found.setdefault(path.resolve(), path)
+    return list(found.values())
+
+
+def run_identity(record: dict) -> tuple:
+    """What makes two records the same run: a copy (results/runs) and its original (outputs) share it."""
+    return tuple(str(record.get(key)) for key in ("task", "attention", "seed", "tag", "started_at", "finished_at"))
 
 
 def read_record(path: Path) -> dict:
@@ -77,6 +85,25 @@ def read_record(path: Path) -> dict:
     if not isinstance(record.get("metrics") or {}, dict):
         raise MalformedRecord("metrics is not an object")
     return record
+
+
+def analysis_problem(record: dict) -> str | None:
+    """Why an analysis record cannot be tabulated (its name would leave the output folder, no rows, ...)."""
+    name, published, rows = record.get("analysis"), record.get("published"), record.get("rows")
+    if not isinstance(name, str) or not NAME.fullmatch(name) or ".." in name:
+        return f"analysis name {name!r} is not a plain name (letters, digits, '_', '-', '.')"
+    if not isinstance(rows, list) or not rows or not all(isinstance(row, dict) for row in rows):
+        return "rows is not a non-empty list of objects"
+    if any(isinstance(value, (dict, list)) for row in rows for value in row.values()):
+        return "a row holds a nested value; every cell must be a number, a string or null"
+    for field in ("keys", "columns", "notes"):
+        value = record.get(field)
+        if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            return f"{field} is not a list of strings"
+    if published is not None and (not isinstance(published, str) or not NAME.fullmatch(published)
+                                  or not (REFERENCE_DIR / f"{published}.csv").is_file()):
+        return f"published table {published!r} is not one of {REFERENCE_DIR}/*.csv"
+    return None
 
 
 def record_tag(record: dict) -> str:
@@ -130,6 +157,8 @@ def parse_run(path: Path, record: dict) -> tuple[dict, list[Problem]]:
     elif "test_acc" not in run["metrics"]:
         message = "completed run without a usable test_acc"
         problems.append(Problem(where, "missing test_acc", message, tag, label))
+    if complaints and run["status"] == "completed":  # one non-finite metric (a diverged run): none is averaged
+        run["status"] = "bad value"
     return run, problems
 
 
@@ -198,17 +227,25 @@ def to_long(runs: list[dict]) -> pd.DataFrame:
 def collect(roots: list[str | Path], conf_dir: Path = CONF_DIR) -> tuple[pd.DataFrame, list[Problem]]:
     """Read every `result.json` under `roots`.
 
+    A run found under two roots (an archived copy and its original) counts once, from the first root.
     Returns the long table (columns `COLUMNS`, accuracies as fractions) and the problems: malformed files,
     failed runs, runs off their tag's protocol (`conf_dir` composes it), superseded duplicates, completed runs
     without test_acc and rejected metric values. Only rows with status "completed" are meant to be averaged.
     """
     paths = find_records(roots)
-    runs, problems = [], []
+    runs, problems, seen = [], [], set()
     for path in paths:
         try:
             record = read_record(path)
         except MalformedRecord as err:
             problems.append(Problem(path.as_posix(), "malformed", str(err)))
+            continue
+        identity = run_identity(record)
+        if record.get("finished_at") and identity in seen:
+            continue  # the same run found under two roots: the first root's copy counts
+        seen.add(identity)
+        if record.get("kind") == ANALYSIS and (problem := analysis_problem(record)):
+            problems.append(Problem(path.as_posix(), "malformed", problem))
             continue
         if record.get("kind") == ANALYSIS or (record.get("config") or {}).get("analysis"):
             continue  # an analysis, or a training run made by one: results.analyses tabulates them
