@@ -1,5 +1,9 @@
 """`python -m results [RUN_ROOT ...] [--out DIR] [--tag TAG] [--reference NAME]`: run records -> LRA tables.
 
+By default it reads the committed records (`results/runs/`) and your own (`outputs/`) and writes under
+`outputs/tables/`; `--committed` rebuilds the committed tables (`results/tables/`) from `results/runs/` only,
+so a fresh clone reproduces them byte for byte.
+
 Writes under `--out`: `runs.csv` (long: one row per run x metric, with its status and the protocol it was checked
 against), `lra.csv` (wide: `<task>_{mean,std,n}` in percent, then per published table `<task>_<reference>` and
 `<task>_delta_<reference>` = ours − published), `lra.md` (best per column in bold, published columns and deltas
@@ -21,22 +25,33 @@ from results.latex import to_latex
 from results.markdown import to_markdown
 from results.plots import write_plots
 from results.protocol import protocol_notes
-from results.summary import REFERENCES, add_published, load_reference, summarize
+from results.summary import DEFAULT_REFERENCES, REFERENCES, add_published, load_reference, summarize
+
+COMMITTED_ROOT, COMMITTED_OUT = "results/runs", "results/tables"
+USER_ROOTS, USER_OUT = (COMMITTED_ROOT, "outputs"), "outputs/tables"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(prog="python -m results", description=__doc__.splitlines()[0])
-    parser.add_argument("roots", nargs="*", default=["outputs"], metavar="RUN_ROOT",
-                        help="directories searched recursively for result.json (default: outputs)")
-    parser.add_argument("--out", default="results/tables", help="output directory (default: results/tables)")
+    parser.add_argument("roots", nargs="*", default=None, metavar="RUN_ROOT",
+                        help=f"directories searched recursively for result.json (default: {' '.join(USER_ROOTS)})")
+    parser.add_argument("--out", default=None, help=f"output directory (default: {USER_OUT})")
+    parser.add_argument("--committed", action="store_true",
+                        help=f"rebuild the committed tables: read only {COMMITTED_ROOT}, write {COMMITTED_OUT}")
     parser.add_argument("--tag", default=None, help="keep only runs with this config tag (default: all tags)")
     parser.add_argument("--reference", action="append", choices=[*sorted(REFERENCES), "all"], default=None,
-                        help="published table(s) to show beside ours (default: lra_llops_table; repeatable; "
+                        help=f"published table(s) to show beside ours (default: {', '.join(DEFAULT_REFERENCES)}; "
+                             "each only beside the runs it applies to; repeatable; "
                              "all = every table in results/reference/ registered in results.summary.REFERENCES)")
     parser.add_argument("--published-rows", action="store_true",
                         help="also list published methods we have no run of")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.committed and (args.roots or args.out):
+        parser.error("--committed reads results/runs and writes results/tables; give no RUN_ROOT or --out with it")
+    args.roots = [COMMITTED_ROOT] if args.committed else (args.roots or list(USER_ROOTS))
+    args.out = args.out or (COMMITTED_OUT if args.committed else USER_OUT)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,9 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     summary = summarize(long)
     names = list(REFERENCES) if "all" in (args.reference or []) else list(dict.fromkeys(args.reference or []))
-    frames = {name: load_reference(name) for name in names or ["lra_llops_table"]}
+    frames = {name: load_reference(name) for name in names or DEFAULT_REFERENCES}
     references = {REFERENCES[name]: frame for name, frame in frames.items()}
-    markdown = to_markdown(summary, problems, references, args.published_rows, protocol_notes(long))
+    markdown = to_markdown(summary, problems, references, args.published_rows, protocol_notes(long), long)
     out = Path(args.out)
     write_atomic(out / "runs.csv", long.to_csv(index=False))
     write_atomic(out / "lra.csv", add_published(summary, frames).to_csv(index=False, float_format="%.4f"))

@@ -111,6 +111,25 @@ def tag_table(tag: str, summary: pd.DataFrame, references: dict[str, pd.DataFram
     return markdown_table(header, rows)
 
 
+def format_hours(seconds) -> str:
+    """"2.41 h" ("" when unknown)."""
+    return "" if pd.isna(seconds) else f"{seconds / 3600:.2f} h"
+
+
+def runs_table(long: pd.DataFrame) -> str:
+    """One row per completed run: test and best validation accuracy, wall time, training tokens/s, git sha."""
+    done = long[long["status"] == "completed"]
+    values = done.pivot_table(index="path", columns="metric", values="value", aggfunc="first")
+    rows = []
+    for run in done.drop_duplicates("path").itertuples():
+        metric = values.loc[run.path] if run.path in values.index else pd.Series(dtype="float64")
+        rows.append([run.attention, run.task, str(run.seed), format_cell(100 * metric.get("test_acc", math.nan)),
+                     format_cell(100 * metric.get("val_acc", math.nan)), format_hours(run.wall_time_s),
+                     "" if pd.isna(run.tokens_per_s) else f"{run.tokens_per_s:,.0f}", str(run.git_sha or "")[:7]])
+    header = ["attention", "task", "seed", "test acc", "val acc", "wall time", "train tokens/s", "git sha"]
+    return markdown_table(header, rows)
+
+
 def problem_lines(problems: list[Problem]) -> list[str]:
     """Bullet lines: kind, path, run and message."""
     lines = []
@@ -162,10 +181,12 @@ def tag_notes(tag: str, summary: pd.DataFrame) -> list[str]:
 
 
 def to_markdown(summary: pd.DataFrame, problems: list[Problem], references: dict[str, pd.DataFrame],
-                published_rows: bool = False, notes: dict[str, list[str]] | None = None) -> str:
+                published_rows: bool = False, notes: dict[str, list[str]] | None = None,
+                long: pd.DataFrame | None = None) -> str:
     """The whole `lra.md`: one section per tag (table, notes, runs not averaged), then unreadable records.
 
-    `notes` adds lines under a tag's table (e.g. `results.protocol.protocol_notes`).
+    `notes` adds lines under a tag's table (e.g. `results.protocol.protocol_notes`); with `long`, the
+    full-protocol section also lists each run's wall time and throughput.
     """
     found = set(summary["tag"]) | {p.tag for p in problems if p.tag is not None}
     tags = sorted(found, key=lambda tag: (tag != DEFAULT_TAG, tag))
@@ -176,6 +197,10 @@ def to_markdown(summary: pd.DataFrame, problems: list[Problem], references: dict
         lines = tag_notes(tag, mine) + (notes or {}).get(tag, [])
         if lines:
             parts.append("\n".join(f"- {line}" for line in lines))
+        if long is not None and tag == DEFAULT_TAG and (long["tag"] == tag).any():
+            parts += ["Runs (wall time: training, validation and test, summed over resumed segments; tokens/s: "
+                      "real (unpadded) training tokens per second of fitting, validation passes included):",
+                      runs_table(long[long["tag"] == tag])]
         skipped = [p for p in problems if p.tag == tag]
         if skipped:
             parts.append(f"Not averaged ({len(skipped)}):\n\n" + "\n".join(problem_lines(skipped)))

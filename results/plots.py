@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from results.curves import plot_learning_curves  # noqa: E402
 from results.summary import MAJORITY, task_order  # noqa: E402
 
 
@@ -61,11 +62,14 @@ def plot_accuracy_vs_time(long: pd.DataFrame, path: Path) -> None:
 
 
 def write_plots(summary: pd.DataFrame, long: pd.DataFrame, out: Path) -> list[Path]:
-    """``lra_<tag>_accuracy.png`` and ``lra_<tag>_time.png`` for every tag; returns the paths."""
+    """``lra_<tag>_accuracy.png``, ``lra_<tag>_time.png`` and, where runs kept their ``metrics.csv``,
+    ``lra_<tag>_curves.png`` for every tag; returns the paths."""
     paths = []
     for tag in sorted(summary["tag"].unique()):
-        accuracy, timing = out / f"lra_{tag}_accuracy.png", out / f"lra_{tag}_time.png"
+        accuracy, timing, curves = (out / f"lra_{tag}_{kind}.png" for kind in ("accuracy", "time", "curves"))
         plot_accuracy(summary[summary["tag"] == tag], accuracy)
         plot_accuracy_vs_time(long[long["tag"] == tag], timing)
         paths += [accuracy, timing]
+        if plot_learning_curves(long[long["tag"] == tag], curves):
+            paths.append(curves)
     return paths

@@ -1,0 +1,57 @@
+"""Archiving finished runs for the repository, the learning curves read back from them, the runs table."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from results.__main__ import main
+from results.archive import archive
+from results.curves import validation_curve
+from tests.results.records import write_record
+
+METRICS = """epoch,lr-AdamW,step,train/acc,train/loss,val/acc,val/loss
+0,5e-06,49,,,,
+0,,49,0.09,2.27,,
+0,,49,,,0.092,2.29
+0,,99,,,0.185,2.10
+"""
+
+
+def finished_run(root, status="completed"):
+    record = write_record(root / "outputs", "listops", "llops", 0, 0.37, tag="default", status=status,
+                          wall_time_s=7200.0, tokens_per_s=41234.5)
+    (record.parent / "csv").mkdir()
+    (record.parent / "csv" / "metrics.csv").write_text(METRICS)
+    (record.parent / "checkpoints").mkdir()
+    (record.parent / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+    return record.parent
+
+
+def test_archive_copies_the_record_and_curve_but_no_checkpoint(tmp_path):
+    run_dir = finished_run(tmp_path)
+    dest = archive(run_dir, tmp_path / "runs")
+    assert dest == tmp_path / "runs" / "listops" / "llops" / "seed0-default"  # its path below outputs/
+    assert json.loads((dest / "result.json").read_text()) == json.loads((run_dir / "result.json").read_text())
+    assert (dest / "metrics.csv").read_text() == METRICS and not (dest / "checkpoints").exists()
+
+
+def test_archive_refuses_an_unfinished_run(tmp_path):
+    with pytest.raises(ValueError, match="only completed runs"):
+        archive(finished_run(tmp_path, status="interrupted"), tmp_path / "runs")
+
+
+def test_validation_curve_from_the_csv_logger_rows(tmp_path):
+    curve = validation_curve(finished_run(tmp_path) / "result.json")
+    assert curve["step"].tolist() == [50, 100] and curve["val_acc"].tolist() == pytest.approx([0.092, 0.185])
+    assert validation_curve(tmp_path / "nowhere" / "result.json").empty
+
+
+def test_tables_list_each_full_protocol_run_with_time_and_throughput_and_plot_curves(tmp_path):
+    archive(finished_run(tmp_path), tmp_path / "runs")
+    assert main([str(tmp_path / "runs"), "--out", str(tmp_path / "tables")]) == 0
+    markdown = (tmp_path / "tables" / "lra.md").read_text()
+    row = next(line for line in markdown.splitlines() if line.startswith("| llops ") and "2.00 h" in line)
+    assert "41,234" in row and "37.00" in row and "abc123" in row
+    assert (tmp_path / "tables" / "lra_default_curves.png").stat().st_size > 1000
+    assert pd.read_csv(tmp_path / "tables" / "lra.csv")["listops_mean"].tolist()[0] == pytest.approx(37.0)
