@@ -1,36 +1,43 @@
-"""Reformer LSH attention (Kitaev et al., arXiv 2001.04451) with shared QK.
+"""Reformer LSH attention (Kitaev et al., arXiv 2001.04451) with shared QK, as Hugging Face computes it.
 
-Shared QK: the queries are ``q`` and the keys are ``k_j = q_j / |q_j|``; the ``k`` input is ignored (it
-gets a zero gradient). Scores ``s_ij = q_i . k_j / sqrt(d)``, and ``s_ii = -1e5``: a token attends to
-itself only when nothing else is allowed. Per hash round ``r``, with a random rotation
-``R_r in R^{d x n_buckets/2}`` (fixed buffer drawn from ``seed``), ``h_r(x) = argmax([x R_r, -x R_r])``;
-tokens are sorted by (bucket, position), the sorted order is cut into chunks of ``chunk_len``, and a
-query attends to the keys of its bucket in its chunk and the previous one, ``P_i^r``. Rounds are combined
-by their logsumexp weights, a key found in several rounds counted once (scores minus ``log N_ij``, with
-``N_ij`` the number of rounds that find it), which makes the whole
+Follows ``transformers``' ``LSHSelfAttention`` (models/reformer/modeling_reformer.py), which the PyTorch LRA
+port uses. Shared QK: the queries are ``q`` and the keys are ``k_j = q_j / rms(q_j) / sqrt(d)`` (HF's
+``_len_and_dim_norm``, ``rms`` with ``+1e-6`` under the root: the unit vector ``q_j / |q_j|``); the ``k``
+input is ignored (it gets a zero gradient). Scores ``s_ij = q_i . k_j``, with no further ``1/sqrt(d)``, and
+``s_ii = -1e5``: a token attends to itself only when nothing else is allowed. Per hash round ``r``, with a
+random rotation ``R_r in R^{d x n_buckets/2}`` (a fixed buffer drawn from ``seed``), ``h_r(x) =
+argmax([x R_r, -x R_r])``. The rounds' tokens are sorted by (round, bucket, position) into one sequence of
+``n_hashes * n`` slots, cut into chunks of ``chunk_len``; a query attends to every key of its chunk and of
+the previous chunk, whatever their buckets (the first chunk looks back at the last one, cyclically, unless
+it is the only one; a key found twice in the window counts twice). Each round gives a softmax output ``o_r(i)`` and its logsumexp
+``l_r(i)``; the rounds are combined with weights ``softmax_r(l_r(i))``. That is
 
-    out_i = sum_{j in P_i} softmax_j(s_ij) v_j,   P_i = union_r P_i^r.
+    out_i = sum_j N_ij exp(s_ij) v_j / sum_j N_ij exp(s_ij),   N_ij = how many window slots of i's copies hold j.
 
-Pads hash to an extra bucket sorted after every real token, so they move no real token's chunk and are
-never attended. ``n_buckets=None`` takes Hugging Face's rule (the power of two at or below
-``2 L / chunk_len``) with ``L = max_len`` rather than the batch length, so that padding cannot change it.
-Defaults follow the PyTorch LRA port (Hugging Face LSH attention: ``chunk_len`` 64, 2 hashes).
-O(n_hashes n chunk_len d). Not causal (a later token's hash moves earlier tokens' chunks).
+A sequence no longer than ``chunk_len`` gets full shared-QK attention (HF skips hashing there).
+``n_buckets=None`` takes HF's rule, the power of two at or below ``2 (L // chunk_len)``, with ``L = max_len``
+rather than the batch length so that padding cannot change it (HF factorises ``n_buckets`` beyond
+``2 max(sqrt(L / chunk_len), chunk_len)``, from 8k tokens at chunk 64; we do not). O(n_hashes n chunk_len d).
+Not causal (a later token's hash moves earlier tokens' chunks).
+
+Deliberate difference on padded input: HF hashes pads to an extra bucket inside each round, so the number
+of pads shifts the chunk boundaries of every later round; here pads (and, for a sequence of at most
+``chunk_len`` real tokens, every round after the first) leave the sorted sequence, whose chunks are cut from
+the real tokens only and whose first chunk looks back at the last real chunk. On unpadded input whose
+``n_hashes * n`` is a multiple of ``chunk_len`` (HF's requirement) the two agree.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._blocks import explicit_attention, keep_in_graph, pad_real, pad_tokens, real_tokens, refuse_causal
+from ._blocks import explicit_attention, keep_in_graph, real_tokens, refuse_causal
 from .kernel import float32_region
 from .registry import register
 
 SELF_SCORE = -1e5
+LEN_NORM_EPS = 1e-6
 
 
 def lsh_buckets(x: Tensor, rotations: Tensor, real: Tensor) -> Tensor:
@@ -38,58 +45,108 @@ def lsh_buckets(x: Tensor, rotations: Tensor, real: Tensor) -> Tensor:
 
     ``x``: ``(B, H, N, D)``; ``rotations``: ``(H, R, D, n_buckets / 2)``.
     """
-    rotated = torch.einsum("bhnd,hrdk->bhrnk", x.float(), rotations.float())
-    buckets = torch.cat([rotated, -rotated], dim=-1).argmax(-1)
-    return buckets.masked_fill(~real[:, None, None, :], 2 * rotations.shape[-1])
+    half = rotations.shape[-1]
+    rotated = torch.einsum("bhnd,hrdk->bhrnk", x.detach().float(), rotations.float())
+    top, top_index = rotated.max(-1)  # argmax([xR, -xR]) without building it
+    low, low_index = rotated.min(-1)
+    buckets = torch.where(top >= -low, top_index, low_index + half)
+    return buckets.masked_fill(~real[:, None, None, :], 2 * half)
 
 
-def sort_order(buckets: Tensor) -> Tensor:
-    """Token positions sorted by (bucket, position), per round: ``(B, H, R, N)``."""
-    n = buckets.shape[-1]
-    return (buckets * n + torch.arange(n, device=buckets.device)).argsort(-1)
-
-
-def shared_qk_scores(q: Tensor) -> Tensor:
-    """``(B, H, N, N)`` scores ``q_i . (q_j / |q_j|) / sqrt(d)`` with ``SELF_SCORE`` on the diagonal."""
+def shared_keys(q: Tensor) -> Tensor:
+    """HF's ``_len_and_dim_norm``: ``q / sqrt(mean(q^2) + 1e-6) / sqrt(d)``, float32."""
     q = q.float()
-    scores = (q @ F.normalize(q, dim=-1).transpose(-1, -2)) * q.shape[-1] ** -0.5
-    eye = torch.eye(q.shape[-2], dtype=torch.bool, device=q.device)
-    return scores.masked_fill(eye, SELF_SCORE)
+    return q * torch.rsqrt(q.square().mean(-1, keepdim=True) + LEN_NORM_EPS) * q.shape[-1] ** -0.5
+
+
+def active_entries(real: Tensor, rounds: int, chunk_len: int) -> Tensor:
+    """``(B, R, N)``: which (round, token) copies take part: real tokens, one round when ``L <= chunk_len``."""
+    long = real.sum(-1) > chunk_len  # (B,)
+    first = torch.arange(rounds, device=real.device) == 0
+    return real[:, None, :] & (first[None, :] | long[:, None])[..., None]
+
+
+def sort_order(buckets: Tensor, active: Tensor) -> Tensor:
+    """Slots ``(B, H, R N)``: flat (round, token) indices sorted by (round, bucket, token), inactive last."""
+    b, h, rounds, n = buckets.shape
+    flat = torch.arange(rounds * n, device=buckets.device).view(rounds, n)  # r n + i
+    span = (buckets.amax() + 1) * n if buckets.numel() else n
+    key = flat.div(n, rounding_mode="floor") * span + buckets * n + flat % n  # r span + bucket n + i
+    key = torch.where(active[:, None], key, rounds * span + flat)
+    return key.flatten(2).argsort(-1)
+
+
+def chunk_windows(active_count: Tensor, chunk_len: int, chunks: int) -> Tensor:
+    """``(B, C)``: the chunk each chunk looks back at: the previous one, the last active one for chunk 0."""
+    last = (active_count - 1).clamp_min(0).div(chunk_len, rounding_mode="floor")  # (B,)
+    prev = torch.arange(chunks, device=active_count.device) - 1
+    return torch.where(prev[None, :] < 0, last[:, None], prev[None, :])
+
+
+class _ChunkAttention(torch.autograd.Function):
+    """Softmax attention of each chunk's queries over its window, returning the output and the logsumexp.
+
+    ``q`` ``(..., c, D)``, ``k, v`` ``(..., w, D)``, ``self_mask`` and ``hidden`` broadcast to ``(..., c, w)``:
+    scores ``q k^T`` with ``SELF_SCORE`` where ``self_mask`` and nothing where ``hidden``. The backward
+    is written out (``dS = P (dP - rowsum(dO O) + dlse)``), so autograd keeps only q, k, v, P, O.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, self_mask, hidden):
+        scores = q @ k.transpose(-1, -2)
+        scores.masked_fill_(self_mask, SELF_SCORE).masked_fill_(hidden, torch.finfo(scores.dtype).min)
+        lse = scores.logsumexp(-1, keepdim=True)
+        probs = scores.sub_(lse).exp_()
+        out = probs @ v
+        ctx.save_for_backward(q, k, v, probs, out)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_lse):
+        q, k, v, probs, out = ctx.saved_tensors
+        grad_scores = grad_out @ v.transpose(-1, -2)  # dP
+        row = (grad_out * out).sum(-1, keepdim=True) - grad_lse
+        grad_scores.sub_(row).mul_(probs)
+        grad_q = grad_scores @ k
+        grad_k = grad_scores.transpose(-1, -2) @ q
+        grad_v = probs.transpose(-1, -2) @ grad_out
+        return grad_q, grad_k, grad_v, None, None
 
 
 def naive_reformer(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None, *,
                    rotations: Tensor, chunk_len: int) -> Tensor:
-    """Oracle: softmax of the shared-QK scores under the explicit ``(B, H, N, N)`` union of ``P_i^r``."""
+    """Oracle: softmax of the shared-QK scores plus ``log N_ij`` with the explicit ``(B, H, N, N)`` counts.
+
+    A copy's slot is its rank among the active copies under (round, bucket, token), counted explicitly.
+    """
+    b, h, n, _ = q.shape
     real = real_tokens(key_padding_mask, q)
+    rounds = rotations.shape[1]
     buckets = lsh_buckets(q, rotations, real)  # (B, H, R, N)
-    chunk = sort_order(buckets).argsort(-1) // chunk_len
-    same_bucket = buckets[..., :, None] == buckets[..., None, :]
-    near = (chunk[..., None, :] <= chunk[..., :, None]) & (chunk[..., None, :] >= chunk[..., :, None] - 1)
-    allowed = (same_bucket & near).any(2) & real[:, None, None, :]  # (B, H, N, N)
-    return keep_in_graph(explicit_attention(shared_qk_scores(q), allowed, v).to(v.dtype), k)
-
-
-def _look_back(x: Tensor) -> Tensor:
-    """Chunks ``(B, H, R, C, c, ...)`` -> previous chunk then this chunk ``(B, H, R, C, 2c, ...)``."""
-    return torch.cat([x.roll(1, dims=3), x], dim=4)
-
-
-def _round_counts(q_pos: Tensor, k_pos: Tensor, buckets: Tensor, chunk: Tensor) -> Tensor:
-    """``N_ij``: in how many rounds key ``k_pos`` is in ``P`` of query ``q_pos``; ``(B, H, R, C, c, 2c)``."""
-    def at(table: Tensor, pos: Tensor) -> Tensor:  # table (B, H, N) read at pos (B, H, R, C, ...)
-        return table.gather(-1, pos.flatten(2)).view_as(pos)
-
-    count = torch.zeros(q_pos.shape + k_pos.shape[-1:], device=q_pos.device)
-    for r in range(buckets.shape[2]):
-        bq, bk = at(buckets[:, :, r], q_pos), at(buckets[:, :, r], k_pos)
-        cq, ck = at(chunk[:, :, r], q_pos)[..., :, None], at(chunk[:, :, r], k_pos)[..., None, :]
-        count += (bq[..., :, None] == bk[..., None, :]) & (ck <= cq) & (ck >= cq - 1)
-    return count
+    active = active_entries(real, rounds, chunk_len)[:, None].expand(-1, h, -1, -1).flatten(2)  # (B, H, RN)
+    r_idx = torch.arange(rounds, device=q.device).repeat_interleave(n)
+    t_idx = torch.arange(n, device=q.device).repeat(rounds)
+    bk = buckets.flatten(2)  # (B, H, RN)
+    before = (r_idx[:, None] < r_idx[None, :]) | (r_idx[:, None] == r_idx[None, :]) & (
+        (bk[..., :, None] < bk[..., None, :]) | (bk[..., :, None] == bk[..., None, :]) & (t_idx[:, None] < t_idx))
+    slot = (before & active[..., :, None]).sum(-2)  # (B, H, RN): active copies ordered before each copy
+    chunk = slot.div(chunk_len, rounding_mode="floor")
+    count = active.sum(-1)  # (B, H)
+    last = (count - 1).clamp_min(0).div(chunk_len, rounding_mode="floor")
+    prev = torch.where(chunk == 0, last[..., None], chunk - 1)
+    looks_back = (chunk[..., None, :] == prev[..., :, None]) & (prev != chunk)[..., :, None]
+    in_window = ((chunk[..., None, :] == chunk[..., :, None]).float()
+                 + looks_back.float()) * active[..., None, :] * active[..., :, None]
+    per_token = in_window.view(b, h, rounds, n, rounds, n).sum((2, 4))  # (B, H, N, N): N_ij over rounds
+    scores = q.float() @ shared_keys(q).transpose(-1, -2)
+    scores = scores.masked_fill(torch.eye(n, dtype=torch.bool, device=q.device), SELF_SCORE)
+    out = explicit_attention(scores + per_token.clamp_min(1).log(), per_token > 0, v)
+    return keep_in_graph(out.to(v.dtype), k)
 
 
 @register("reformer")
 class ReformerAttention(nn.Module):
-    """Shared-QK LSH attention over sorted, chunked buckets (see module docstring)."""
+    """Shared-QK LSH attention over sorted chunks, as Hugging Face's ``LSHSelfAttention`` (module docstring)."""
 
     contract_options = {"chunk_len": 8}  # small, so contract tests see the structure
 
@@ -104,7 +161,7 @@ class ReformerAttention(nn.Module):
         if n_buckets is None:
             if max_len is None:
                 raise ValueError("reformer needs n_buckets, or max_len to derive it")
-            n_buckets = 2 ** int(math.log2(max(2 * max_len // chunk_len, 2)))
+            n_buckets = max(2, 2 ** ((2 * (max_len // chunk_len)).bit_length() - 1))
         if n_buckets < 2 or n_buckets % 2:
             raise ValueError(f"reformer n_buckets must be even and >= 2, got {n_buckets}")
         self.n_hashes, self.chunk_len, self.n_buckets, self.seed = n_hashes, chunk_len, n_buckets, seed
@@ -115,39 +172,39 @@ class ReformerAttention(nn.Module):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         b, h, n, d = q.shape
         c, rounds = self.chunk_len, self.n_hashes
-        total = -(-n // c) * c
-        chunks = total // c
-        real = pad_real(real_tokens(key_padding_mask, q), total)
+        chunks = -(-rounds * n // c)
+        total = chunks * c
+        real = real_tokens(key_padding_mask, q)
         with float32_region(v):
-            queries, values = pad_tokens(q.float(), total), pad_tokens(v.float(), total)
-            buckets = lsh_buckets(queries, self.rotations, real)  # (B, H, R, T)
-            order = sort_order(buckets)
-            rank = order.argsort(-1)
+            with torch.no_grad():
+                active = active_entries(real, rounds, c)  # (B, R, N)
+                order = sort_order(lsh_buckets(q, self.rotations, real), active)  # (B, H, RN)
+                rank = torch.empty_like(order).scatter_(-1, order, torch.arange(rounds * n, device=q.device)
+                                                        .expand_as(order))
+                pos = torch.nn.functional.pad(order % n, (0, total - rounds * n))  # (B, H, T) token of a slot
+                count = active.flatten(1).sum(-1)  # (B,)
+                slot_active = torch.arange(total, device=q.device) < count[:, None]  # (B, T)
+                prev = chunk_windows(count, c, chunks)  # (B, C)
+                pos_c = pos.view(b, h, chunks, c)
+                pos_k = torch.cat([pos_c[torch.arange(b)[:, None], :, prev].transpose(1, 2), pos_c], dim=-1)
+                act_c = slot_active.view(b, chunks, c)
+                own = prev == torch.arange(chunks, device=q.device)  # one chunk in all: no look-back
+                act_k = torch.cat([act_c[torch.arange(b)[:, None], prev] & ~own[..., None], act_c], dim=-1)
+                blocked = (pos_c[..., :, None] == pos_k[..., None, :])  # self: (B, H, C, c, 2c)
+                hidden = ~act_k[:, None, :, None, :]
 
-            def by_order(x: Tensor) -> Tensor:  # (B, H, T, D) -> sorted chunks (B, H, R, C, c, D)
-                index = order[..., None].expand(-1, -1, -1, -1, x.shape[-1])
-                return x[:, :, None].expand(-1, -1, rounds, -1, -1).gather(3, index).view(b, h, rounds, chunks, c, -1)
+            def look_back(x: Tensor) -> Tensor:  # (B, H, C, c, F) -> previous chunk then own (B, H, C, 2c, F)
+                return torch.cat([x[torch.arange(b)[:, None], :, prev].transpose(1, 2), x], dim=3)
 
-            sq, sk, sv = by_order(queries), by_order(F.normalize(queries, dim=-1)), by_order(values)
-            keys, vals = _look_back(sk), _look_back(sv)  # (B, H, R, C, 2c, D)
-            q_pos = order.view(b, h, rounds, chunks, c)
-            k_pos = _look_back(q_pos)  # (B, H, R, C, 2c)
-            q_bucket = buckets.gather(-1, order).view(b, h, rounds, chunks, c)
-            allowed = q_bucket[..., :, None] == _look_back(q_bucket)[..., None, :]
-            allowed = allowed & real.gather(-1, k_pos.flatten(1)).view_as(k_pos)[..., None, :]
-            first = torch.arange(chunks, device=q.device)[:, None] == 0
-            allowed = allowed & ~(first & (torch.arange(2 * c, device=q.device) < c))[:, None, :]
+            stacked = torch.cat([q.float(), shared_keys(q), v.float()], dim=-1)  # one gather for q, k, v
+            slots = stacked.gather(2, pos[..., None].expand(-1, -1, -1, 3 * d)).view(b, h, chunks, c, 3 * d)
+            window = look_back(slots[..., d:])
+            out, lse = _ChunkAttention.apply(slots[..., :d], window[..., :d], window[..., d:], blocked, hidden)
 
-            scores = (sq @ keys.transpose(-1, -2)) * d**-0.5  # (B, H, R, C, c, 2c)
-            scores = scores.masked_fill(q_pos[..., :, None] == k_pos[..., None, :], SELF_SCORE)
-            scores = scores - _round_counts(q_pos, k_pos, buckets, rank // c).clamp(min=1).log()
-            scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-            lse = scores.logsumexp(-1)  # (B, H, R, C, c)
-            out = ((scores - lse[..., None]).exp() * allowed) @ vals
-
-            out = out.view(b, h, rounds, total, d).gather(3, rank[..., None].expand(-1, -1, -1, -1, d))
-            weights = lse.view(b, h, rounds, total).gather(3, rank).softmax(dim=2)  # over rounds
-            out = (weights[..., None] * out).sum(2)[:, :, :n]
+            out = out.view(b, h, total, d).gather(2, rank[..., None].expand(-1, -1, -1, d)).view(b, h, rounds, n, d)
+            lse = lse.view(b, h, total).gather(2, rank).view(b, h, rounds, n)
+            lse = lse.masked_fill(~active[:, None], torch.finfo(lse.dtype).min)
+            out = (lse.softmax(dim=2)[..., None] * out).sum(2)
         return keep_in_graph(out.to(v.dtype), k)
 
     def naive(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:

@@ -9,7 +9,7 @@ import torch
 import yaml
 
 import attention_zoo
-from attention_zoo.reformer import SELF_SCORE, lsh_buckets, naive_reformer, sort_order
+from attention_zoo.reformer import SELF_SCORE, lsh_buckets, naive_reformer, shared_keys, sort_order
 from tests.conftest import assert_close, random_qkv_mask
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "attention"
@@ -37,27 +37,48 @@ def test_buckets_are_the_argmax_of_the_rotated_vector_and_its_negation():
     assert torch.equal(buckets, lsh_buckets(3 * x, rotations, real))  # only the direction matters
 
 
-def test_sort_is_by_bucket_then_position():
-    buckets = torch.tensor([[[[2, 0, 1, 0, 2, 1]]]])
-    assert sort_order(buckets).flatten().tolist() == [1, 3, 2, 5, 0, 4]
+def test_sort_is_by_round_then_bucket_then_position_with_inactive_copies_last():
+    buckets = torch.tensor([[[[2, 0, 1, 0, 2, 1], [1, 1, 0, 0, 2, 2]]]])  # (B, H, R, N)
+    active = torch.ones(1, 2, 6, dtype=torch.bool)
+    assert sort_order(buckets, active).flatten().tolist() == [1, 3, 2, 5, 0, 4, 8, 9, 6, 7, 10, 11]
+    active[0, :, 4:] = False  # pads
+    assert sort_order(buckets, active).flatten().tolist() == [1, 3, 2, 0, 8, 9, 6, 7, 4, 5, 10, 11]
 
 
-def test_one_bucket_and_one_chunk_is_shared_qk_softmax_without_self():
-    attn = build(chunk_len=64, n_buckets=2, n_hashes=1)
-    attn.rotations.zero_()  # every token lands in bucket 0
+def test_keys_are_hugging_faces_length_and_dim_norm():
+    q = torch.randn(2, 3, 5, 8)
+    expected = q / torch.sqrt(q.square().mean(-1, keepdim=True) + 1e-6) / 8**0.5
+    assert_close(expected, shared_keys(q), ratio=1e-7)
+    assert_close(torch.ones(2, 3, 5), shared_keys(q).norm(dim=-1), ratio=1e-5)
+
+
+def test_a_sequence_within_one_chunk_is_unscaled_shared_qk_softmax_without_self():
+    """HF skips hashing when n <= chunk_len; scores q_i . k_j with unit keys and no 1/sqrt(d)."""
+    attn = build(chunk_len=64, n_hashes=2)
     q, _, v, _ = qkv_mask(n=20)
-    keys = torch.nn.functional.normalize(q, dim=-1)
-    scores = (q @ keys.transpose(-1, -2)) / 8**0.5 - 1e9 * torch.eye(20)
+    scores = q @ shared_keys(q).transpose(-1, -2) - 1e9 * torch.eye(20)
     assert_close(scores.softmax(-1) @ v, attn(q, torch.zeros_like(q), v), ratio=1e-6)
 
 
-def test_identical_rounds_count_each_key_once():
+def test_one_bucket_attends_to_its_chunk_and_the_previous_one_whatever_the_bucket():
+    """One round, rotations zero: the sorted order is the sequence; chunk i sees chunks i - 1 and i."""
+    attn = build(chunk_len=4, n_buckets=4, n_hashes=1)
+    attn.rotations.zero_()  # every token lands in bucket 0
+    q, _, v, _ = qkv_mask(b=1, n=12)
+    scores = q @ shared_keys(q).transpose(-1, -2) - 1e9 * torch.eye(12)
+    chunk = torch.arange(12) // 4
+    prev = (chunk - 1) % 3
+    allowed = (chunk[None, :] == chunk[:, None]) | (chunk[None, :] == prev[:, None])
+    expected = scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v
+    assert_close(expected, attn(q, q, v), ratio=1e-6)
+
+
+def test_identical_rounds_give_one_rounds_output():
     one = build(chunk_len=4, n_buckets=4, n_hashes=1)
     three = build(chunk_len=4, n_buckets=4, n_hashes=3)
     three.rotations.copy_(one.rotations.expand_as(three.rotations))
-    q, k, v, mask = qkv_mask()
-    keep = mask[:, None, :].expand(-1, 2, -1)
-    assert_close(one(q, k, v, mask)[keep], three(q, k, v, mask)[keep], ratio=1e-6)
+    q, k, v, _ = qkv_mask(n=40)  # 40 real tokens: each round's chunks start where the previous round's did
+    assert_close(one(q, k, v), three(q, k, v), ratio=1e-6)
 
 
 @pytest.mark.parametrize("chunk_len, n_buckets, n_hashes", [(4, 4, 1), (3, 2, 3), (5, 8, 2), (2, 6, 4), (64, 4, 2)])
