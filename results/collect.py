@@ -62,7 +62,8 @@ def find_records(roots: list[str | Path]) -> list[Path]:
 
 def run_identity(record: dict) -> tuple:
     """What makes two records the same run: a copy (results/runs) and its original (outputs) share it."""
-    return tuple(str(record.get(key)) for key in ("task", "attention", "seed", "tag", "started_at", "finished_at"))
+    return tuple(str(record.get(key)) for key in ("analysis", "task", "attention", "seed", "tag", "started_at",
+                                                      "finished_at"))
 
 
 def read_record(path: Path) -> dict:

@@ -182,5 +182,29 @@ def test_cli_tag_filter(runs, tmp_path):
 def test_cli_without_records_exits_zero(tmp_path):
     result = run_cli(cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "No usable result.json records found under: outputs" in result.stdout
-    assert not (tmp_path / "results").exists()
+    assert "No usable result.json records found under: results/runs, outputs" in result.stdout
+    assert not (tmp_path / "results").exists() and not (tmp_path / "outputs").exists()
+
+
+def test_cli_writes_the_users_tables_and_leaves_the_committed_ones(tmp_path):
+    write_record(tmp_path / "outputs", "listops", "softmax", 0, 0.40, tag="default")
+    committed = tmp_path / "results" / "tables"
+    committed.mkdir(parents=True)
+    (committed / "lra.md").write_text("committed table\n")
+    result = run_cli(cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "40.00 (n=1)" in (tmp_path / "outputs" / "tables" / "lra.md").read_text()
+    assert (committed / "lra.md").read_text() == "committed table\n"
+    empty = run_cli("--committed", cwd=tmp_path)  # no results/runs here: nothing rewritten
+    assert empty.returncode == 0 and "Nothing written" in empty.stdout
+    assert (committed / "lra.md").read_text() == "committed table\n"
+
+
+def test_a_run_archived_and_still_in_outputs_counts_once(tmp_path):
+    original = write_record(tmp_path / "outputs", "listops", "softmax", 0, 0.40, tag="default",
+                            started_at="2026-12-01T00:00:00+00:00", finished_at="2026-12-01T05:00:00+00:00")
+    copy = tmp_path / "runs" / "listops" / "softmax" / "seed0" / "default" / "result.json"
+    copy.parent.mkdir(parents=True)
+    copy.write_text(original.read_text())
+    long, problems = collect([tmp_path / "runs", tmp_path / "outputs"])
+    assert long["path"].unique().tolist() == [copy.as_posix()] and problems == []
