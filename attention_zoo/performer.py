@@ -10,7 +10,9 @@ real keys' projections ``max_{j,i} w_i . k'_j``; then ``+1e-4`` is added to ever
 would cancel in the normalisation, the ``+1e-4`` does not: it weighs more for a query whose
 ``|q'|^2 / 2`` is large, so the shift is part of the kernel. Deliberate differences on padded input: the
 key shift is a max over real keys only and masked keys are removed from the denominator (the reference
-only zeroes their values). Causal: the key shift is the data-free bound ``|w|^2 / 2`` on the log-feature
+only zeroes their values). The denominator has no ``eps`` by default (``eps=0``), as the reference's
+non-causal ``linear_attention``: every feature is at least ``1e-4 / sqrt(m)``, so it is positive, and it
+can be small enough that an ``eps`` of 1e-6 moves the output by percents. Causal: the key shift is the data-free bound ``|w|^2 / 2`` on the log-feature
 ``w . k' - |k'|^2 / 2`` instead, so the future cannot leak in through a max over the sequence.
 
 ``kernel="relu"`` is the generalized kernel of the LRA Performer: ``phi(x) = relu(w . x') + 1e-3``,
@@ -134,7 +136,7 @@ class PerformerAttention(nn.Module):
     supports_causal = True
 
     def __init__(self, *, head_dim: int, features: int = 256, kernel: str = "softmax", ortho_scaling: int = 0,
-                 redraw_interval: int = 1000, seed: int | None = None, eps: float = 1e-6,
+                 redraw_interval: int = 1000, seed: int | None = None, eps: float = 0.0,
                  causal: bool = False, chunk_size: int = 256):
         super().__init__()
         if kernel not in KERNELS:
