@@ -16,6 +16,7 @@ import attention_zoo
 
 from .errors import UserError
 from .model import ClassifierHead, Encoder
+from .schedules import lr_multiplier
 
 
 def attention_factory(cfg: dict[str, Any], max_len: int):
@@ -38,11 +39,28 @@ def attention_factory(cfg: dict[str, Any], max_len: int):
         return attention_zoo.build(name, head_dim=model["dim"] // model["heads"], num_heads=model["heads"],
                                    max_len=max_len, **opts, **extra)
 
+    if name in attention_zoo.available():
+        check_option_types(name, opts)
     try:
         make()
-    except ValueError as err:
+    except (ValueError, TypeError) as err:
         raise UserError(f"attention={name}: {err}") from None
     return make
+
+
+def check_option_types(name: str, opts: dict[str, Any]) -> None:
+    """An option whose value is not of its default's type (``features=abc``) is a ``UserError`` naming the key."""
+    defaults = attention_zoo.options(name)
+    for key, value in opts.items():
+        default = defaults.get(key)
+        kind = next((k for k in (bool, int, float, str) if isinstance(default, k)), None)  # bool before int
+        if kind is None:
+            continue
+        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        ok = ok or (kind is float and isinstance(value, int) and not isinstance(value, bool))
+        if not ok:
+            raise UserError(f"attention.{key}={value!r}: must be a {kind.__name__} like its default "
+                            f"({key}={default!r}) for attention={name}")
 
 
 def build_encoder(cfg: dict[str, Any], vocab_size: int) -> Encoder:
@@ -53,13 +71,6 @@ def build_encoder(cfg: dict[str, Any], vocab_size: int) -> Encoder:
                    make_attention=attention_factory(cfg, max_len), pooling=model["pooling"])
 
 
-def warmup_linear_decay(step: int, warmup: int, total: int) -> float:
-    """LR multiplier: linear warmup to 1 over ``warmup`` steps, then linear decay to 0 at ``total``."""
-    if step < warmup:
-        return (step + 1) / warmup
-    return max(0.0, (total - step) / max(1, total - warmup))
-
-
 class ClassificationModule(pl.LightningModule):
     """Classify one sequence per example; subclasses change ``forward`` (e.g. dual encoders)."""
 
@@ -67,6 +78,10 @@ class ClassificationModule(pl.LightningModule):
         super().__init__()
         self.save_hyperparameters({"cfg": cfg, "vocab_size": vocab_size, "num_classes": num_classes})
         self.cfg = cfg
+        try:
+            lr_multiplier(cfg["task"]["optim"], int(cfg["task"]["max_steps"]))
+        except ValueError as err:
+            raise UserError(str(err)) from None
         self.encoder = build_encoder(cfg, vocab_size)
         self.head = self.build_head(cfg["model"], num_classes)
         metric = partial(MulticlassAccuracy, num_classes=num_classes, average="micro")
@@ -127,6 +142,5 @@ class ClassificationModule(pl.LightningModule):
         total = self.trainer.max_steps if self.trainer.max_steps > 0 else optim["warmup_steps"] + 1
         optimizer = torch.optim.AdamW(self.parameters(), lr=optim["lr"], betas=tuple(optim["betas"]),
                                       eps=optim["eps"], weight_decay=optim["weight_decay"])
-        schedule = partial(warmup_linear_decay, warmup=max(1, optim["warmup_steps"]), total=total)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_multiplier(optim, total))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -24,6 +24,8 @@ TRAINER_KEYS = ("max_steps", "precision", "gradient_clip_val", "gradient_clip_al
 # where the data lives and how fast it loads or evaluates, not what it is
 IGNORED_LEAVES = ("root", "num_workers", "workers", "eval_batch_size")
 ABSENT = "<absent>"
+# settings added to conf/ after runs were recorded, with the value those older runs used implicitly
+IMPLICIT = {"task.optim.schedule": "linear"}
 SHOWN_DIFFERENCES = 6
 FROM_CONF, MOST_COMMON, UNCHECKED = "conf", "most common", "unchecked"
 
@@ -69,8 +71,11 @@ def protocol_view(config: dict) -> dict[str, object]:
         "trainer": {key: value for key, value in trainer.items() if key in TRAINER_KEYS},
     }
     flat = pd.json_normalize(sections, sep=".").iloc[0].to_dict()
-    return {key: value for key, value in flat.items()
+    view = {key: value for key, value in flat.items()
             if value is not None and key.rsplit(".", 1)[-1] not in IGNORED_LEAVES}
+    if view.get("task.optim.lr") is not None:  # a record with an optimiser section
+        view = {**IMPLICIT, **view}
+    return view
 
 
 def config_drift(config: dict, protocol: dict) -> list[str]:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lra.model import Encoder, masked_mean
-from lra.module import attention_factory, warmup_linear_decay
+from lra.module import attention_factory
 from tests.conftest import assert_close
 from tests.lra.conftest import compose_config
 
@@ -39,10 +39,3 @@ def test_pad_token_zero_is_a_real_token_when_inside_the_length():
                   make_attention=attention_factory(cfg, 64)).eval()
     tokens = torch.tensor([[3, 4, 0, 0]])
     assert not torch.allclose(enc(tokens, torch.tensor([2])), enc(tokens, torch.tensor([4])))
-
-
-def test_warmup_then_linear_decay():
-    values = [warmup_linear_decay(s, warmup=10, total=110) for s in range(0, 111)]
-    assert values[0] == pytest.approx(0.1) and values[9] == pytest.approx(1.0)
-    assert values[10] == pytest.approx(1.0) and values[60] == pytest.approx(0.5) and values[110] == 0.0
-    assert all(a >= b for a, b in zip(values[10:], values[11:]))

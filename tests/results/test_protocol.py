@@ -159,3 +159,11 @@ def test_failed_runs_are_not_checked(tmp_path, quick):
     long, problems = collect([tmp_path])
     assert [p.kind for p in problems] == ["failed"]
     assert long["protocol"].eq("").all()
+
+
+def test_a_setting_added_later_counts_as_its_implicit_value_in_older_runs():
+    older = BASE  # recorded before task.optim.schedule existed: it trained with the linear schedule
+    assert config_drift(older, changed(BASE, **{"task.optim.schedule": "linear"})) == []
+    assert config_drift(older, changed(BASE, **{"task.optim.schedule": "cosine"})) == [
+        "task.optim.schedule=linear (protocol cosine)"]
+    assert protocol_view(changed(BASE, **{"task.optim.schedule": "rsqrt"}))["task.optim.schedule"] == "rsqrt"

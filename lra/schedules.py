@@ -1,0 +1,56 @@
+"""Learning-rate schedules: multipliers of the peak learning rate ``task.optim.lr`` per optimiser step.
+
+``task.optim.schedule`` picks one:
+
+- ``linear`` (the PyTorch-port protocol; OneCycleLR-like): ``(step + 1) / warmup`` up to 1, then a linear
+  decay to 0 at ``max_steps``.
+- ``constant``: the same warmup, then 1.
+- ``rsqrt`` (LRA JAX ``constant * linear_warmup * rsqrt_decay``, lra_benchmarks/utils/train_utils.py):
+  ``min(1, step / warmup) * sqrt(warmup / max(step, warmup))``; the JAX base rate ``b`` is a peak of
+  ``b / sqrt(warmup)`` here (0.05 with warmup 1,000 is ``lr: 1.58e-3``).
+- ``cosine`` (LRA JAX ``constant * linear_warmup * cosine_decay``): ``min(1, step / warmup) *
+  max(0, (1 + cos(pi * (p mod 1))) / 2)`` with ``p = max(0, step - warmup) / cycle_steps``;
+  ``task.optim.cycle_steps`` defaults to ``max_steps`` (the LRA image and Pathfinder configs).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import Any
+
+SCHEDULES = ("linear", "constant", "rsqrt", "cosine")
+
+
+def linear(step: int, warmup: int, total: int) -> float:
+    if step < warmup:
+        return (step + 1) / warmup
+    return max(0.0, (total - step) / max(1, total - warmup))
+
+
+def constant(step: int, warmup: int) -> float:
+    return min(1.0, (step + 1) / warmup)
+
+
+def rsqrt(step: int, warmup: int) -> float:
+    return min(1.0, step / warmup) * math.sqrt(warmup / max(step, warmup))
+
+
+def cosine(step: int, warmup: int, cycle: int) -> float:
+    progress = max(0.0, (step - warmup) / cycle)
+    return min(1.0, step / warmup) * max(0.0, 0.5 * (1.0 + math.cos(math.pi * (progress % 1.0))))
+
+
+def lr_multiplier(optim: dict[str, Any], max_steps: int):
+    """The ``step -> multiplier`` function that ``task.optim`` asks for (``LambdaLR``'s ``lr_lambda``)."""
+    name = optim.get("schedule") or "linear"
+    warmup = max(1, int(optim["warmup_steps"]))
+    if name == "linear":
+        return partial(linear, warmup=warmup, total=max_steps)
+    if name == "constant":
+        return partial(constant, warmup=warmup)
+    if name == "rsqrt":
+        return partial(rsqrt, warmup=warmup)
+    if name == "cosine":
+        return partial(cosine, warmup=warmup, cycle=max(1, int(optim.get("cycle_steps") or max_steps)))
+    raise ValueError(f"task.optim.schedule={name!r} is not a schedule; valid: {', '.join(SCHEDULES)}")
