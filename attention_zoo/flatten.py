@@ -15,10 +15,11 @@ O(n d^2). Optionally a learned positional table is added to the keys (``key_posi
 
 Deviations from the reference: ``x^p / ||x^p||`` is computed as ``y^p / ||y^p||`` with ``y = x / max(x)``
 (the max over the token's channels: same value, no underflow of ``x^p`` when ``x`` is small); the DWC is a
-1-D convolution along the sequence (the reference convolves the 2-D window); the normaliser is a sum with
-``eps`` rather than a mean with ``eps`` (the same ratio up to ``eps``, and independent of the number of
-pads). Causal: the convolution is then causal (left padding, sees the current and ``k - 1`` previous
-values).
+1-D convolution along the sequence (the reference convolves the 2-D window); the reference's normaliser
+``q . mean_j k_j + eps`` is computed as ``q . sum_j k_j + L eps`` with ``L`` the number of real keys (the
+same ratio; with pads, the mean over real keys; causal: over the real keys so far). The ``eps`` matters:
+with the norms over all heads, one head's features can be tiny next to ``eps``. Causal: the convolution is
+then causal (left padding, sees the current and ``k - 1`` previous values).
 """
 
 from __future__ import annotations
@@ -48,6 +49,14 @@ def focus(x: Tensor, power: float, dim: int | tuple[int, ...] = -1) -> Tensor:
     return norm * y / torch.linalg.vector_norm(y, dim=dim, keepdim=True)
 
 
+def mean_normaliser_eps(eps: float, key_padding_mask: Tensor | None, x: Tensor, causal: bool) -> Tensor:
+    """``L eps`` ``(B, 1, N, 1)``: the eps of ``q . mean_j k_j + eps`` moved to the sum over ``L`` real keys."""
+    b, _, n, _ = x.shape
+    real = torch.ones(b, n, device=x.device) if key_padding_mask is None else key_padding_mask.float()
+    count = real.cumsum(-1) if causal else real.sum(-1, keepdim=True).expand(b, n)
+    return eps * count.clamp_min(1.0)[:, None, :, None]
+
+
 def naive_flatten(q: Tensor, k: Tensor, v: Tensor, scale: Tensor, conv_weight: Tensor | None,
                   conv_bias: Tensor | None, key_padding_mask: Tensor | None = None, *,
                   focusing_factor: float = 3.0, eps: float = 1e-6, causal: bool = False) -> Tensor:
@@ -61,7 +70,7 @@ def naive_flatten(q: Tensor, k: Tensor, v: Tensor, scale: Tensor, conv_weight: T
         return norm(x) * xp / norm(xp)
 
     out = naive_kernel_attention(features(q), features(k), v.float(), key_padding_mask,
-                                 eps=eps, causal=causal)
+                                 eps=mean_normaliser_eps(eps, key_padding_mask, q, causal), causal=causal)
     if conv_weight is not None:
         out = out + naive_depthwise_sequence_conv(v, conv_weight, conv_bias, key_padding_mask, causal=causal)
     return out.to(v.dtype)
@@ -97,7 +106,8 @@ class FocusedLinearAttention(nn.Module):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         phi_q, phi_k = self.features(q), self.features(self._keys(k))
         with float32_region(v):
-            out = kernel_attention(phi_q, phi_k, v.float(), key_padding_mask, eps=self.eps,
+            eps = mean_normaliser_eps(self.eps, key_padding_mask, q, self.causal)
+            out = kernel_attention(phi_q, phi_k, v.float(), key_padding_mask, eps=eps,
                                    causal=self.causal, chunk_size=self.chunk_size)
             if self.dwc is not None:
                 out = out + self.dwc(v, key_padding_mask)

@@ -21,8 +21,9 @@ positional table is added to the keys (the vision reference's window table).
 
 ``alpha`` defaults to 3: the PolaFormer README's LRA table reports alpha 3, 5 and 7, 3 with the best
 average; the vision configs use 4 (``MODEL.LA.ALPHA``). Deviations: the DWC is a 1-D convolution along
-the sequence (the reference convolves the 2-D window); the normaliser is a sum with ``eps`` rather than a
-mean with ``eps`` (the same ratio up to ``eps``, and independent of the number of pads). Causal: the
+the sequence (the reference convolves the 2-D window); the reference's normaliser ``q . mean_j k_j + eps``
+is computed as ``q . sum_j k_j + L eps`` over the ``L`` real keys (the same ratio; with pads, the mean over
+real keys; causal: over the real keys so far). Causal: the
 convolution is then causal (the current and ``k - 1`` previous values).
 """
 
@@ -34,6 +35,7 @@ from torch import Tensor, nn
 
 from ._dwconv import DepthwiseSequenceConv, check_conv_kernel_size, naive_depthwise_sequence_conv
 from ._positions import LearnedKeyPositions
+from .flatten import mean_normaliser_eps
 from .kernel import float32_region, kernel_attention, naive_normalized_attention
 from .registry import register
 
@@ -61,7 +63,7 @@ def naive_polaformer(q: Tensor, k: Tensor, v: Tensor, scale: Tensor, power: Tens
     same = q_pos @ k_pos.transpose(-1, -2) + q_neg @ k_neg.transpose(-1, -2)  # (B, H, N, N)
     opposite = q_neg @ k_pos.transpose(-1, -2) + q_pos @ k_neg.transpose(-1, -2)
     v_same, v_opposite = v.float().chunk(2, dim=-1)
-    opts = dict(eps=eps, causal=causal)
+    opts = dict(eps=mean_normaliser_eps(eps, key_padding_mask, q, causal), causal=causal)
     out = torch.cat([naive_normalized_attention(same, v_same, key_padding_mask, **opts),
                      naive_normalized_attention(opposite, v_opposite, key_padding_mask, **opts)], dim=-1)
     if conv_weight is not None:
@@ -104,7 +106,8 @@ class PolarityAwareLinearAttention(nn.Module):
             k_pos, k_neg = polarity_parts(self._keys(k), self.scale, power)
             phi_k = torch.cat([k_pos, k_neg], dim=-1)  # (B, H, N, 2d)
             v_same, v_opposite = v.float().chunk(2, dim=-1)
-            opts = dict(eps=self.eps, causal=self.causal, chunk_size=self.chunk_size)
+            eps = mean_normaliser_eps(self.eps, key_padding_mask, q, self.causal)
+            opts = dict(eps=eps, causal=self.causal, chunk_size=self.chunk_size)
             q_same, q_opposite = torch.cat([q_pos, q_neg], dim=-1), torch.cat([q_neg, q_pos], dim=-1)
             same = kernel_attention(q_same, phi_k, v_same, key_padding_mask, **opts)
             opposite = kernel_attention(q_opposite, phi_k, v_opposite, key_padding_mask, **opts)
