@@ -87,29 +87,32 @@ class _ChunkAttention(torch.autograd.Function):
     """Softmax attention of each chunk's queries over its window, returning the output and the logsumexp.
 
     ``q`` ``(..., c, D)``, ``k, v`` ``(..., w, D)``, ``self_mask`` and ``hidden`` broadcast to ``(..., c, w)``:
-    scores ``q k^T`` with ``SELF_SCORE`` where ``self_mask`` and nothing where ``hidden``. The backward
-    is written out (``dS = P (dP - rowsum(dO O) + dlse)``), so autograd keeps only q, k, v, P, O.
+    scores ``q k^T`` with ``SELF_SCORE`` where ``self_mask`` and nothing where ``hidden``. Keeps the
+    unnormalised ``E = exp(S - max)`` and the row sums ``s`` (``P = E / s``, divided on the ``(c, D)`` side);
+    the backward is written out (``dS = P (dP - rowsum(dO O) + dlse)``).
     """
 
     @staticmethod
     def forward(ctx, q, k, v, self_mask, hidden):
         scores = q @ k.transpose(-1, -2)
         scores.masked_fill_(self_mask, SELF_SCORE).masked_fill_(hidden, torch.finfo(scores.dtype).min)
-        lse = scores.logsumexp(-1, keepdim=True)
-        probs = scores.sub_(lse).exp_()
-        out = probs @ v
-        ctx.save_for_backward(q, k, v, probs, out)
-        return out, lse
+        top = scores.amax(-1, keepdim=True)
+        weights = scores.sub_(top).exp_()  # E, in place of the scores
+        total = weights.sum(-1, keepdim=True)
+        out = (weights @ v).div_(total)
+        ctx.save_for_backward(q, k, v, weights, total, out)
+        return out, top + total.log()
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse):
-        q, k, v, probs, out = ctx.saved_tensors
-        grad_scores = grad_out @ v.transpose(-1, -2)  # dP
-        row = (grad_out * out).sum(-1, keepdim=True) - grad_lse
-        grad_scores.sub_(row).mul_(probs)
+        q, k, v, weights, total, out = ctx.saved_tensors
+        scaled = grad_out / total  # dO / s
+        grad_scores = scaled @ v.transpose(-1, -2)  # dP / s
+        row = ((grad_out * out).sum(-1, keepdim=True) - grad_lse) / total
+        grad_scores.sub_(row).mul_(weights)  # P (dP - rowsum(dO O) + dlse)
         grad_q = grad_scores @ k
         grad_k = grad_scores.transpose(-1, -2) @ q
-        grad_v = probs.transpose(-1, -2) @ grad_out
+        grad_v = weights.transpose(-1, -2) @ scaled
         return grad_q, grad_k, grad_v, None, None
 
 
