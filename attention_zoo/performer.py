@@ -12,8 +12,9 @@ would cancel in the normalisation, the ``+1e-4`` does not: it weighs more for a 
 key shift is a max over real keys only and masked keys are removed from the denominator (the reference
 only zeroes their values). The denominator has no ``eps`` by default (``eps=0``), as the reference's
 non-causal ``linear_attention``: every feature is at least ``1e-4 / sqrt(m)``, so it is positive, and it
-can be small enough that an ``eps`` of 1e-6 moves the output by percents. Causal: the key shift is the data-free bound ``|w|^2 / 2`` on the log-feature
-``w . k' - |k'|^2 / 2`` instead, so the future cannot leak in through a max over the sequence.
+can be small enough that an ``eps`` of 1e-6 moves the output by percents. Causal: the key shift is the
+data-free bound ``|w|^2 / 2`` on the log-feature ``w . k' - |k'|^2 / 2`` instead, so the future cannot
+leak in through a max over the sequence.
 
 ``kernel="relu"`` is the generalized kernel of the LRA Performer: ``phi(x) = relu(w . x') + 1e-3``,
 whose expectation is the arc-cosine kernel (Cho & Saul 2009). The projection is a buffer drawn from

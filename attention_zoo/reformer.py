@@ -9,8 +9,8 @@ random rotation ``R_r in R^{d x n_buckets/2}`` (a fixed buffer drawn from ``seed
 argmax([x R_r, -x R_r])``. The rounds' tokens are sorted by (round, bucket, position) into one sequence of
 ``n_hashes * n`` slots, cut into chunks of ``chunk_len``; a query attends to every key of its chunk and of
 the previous chunk, whatever their buckets (the first chunk looks back at the last one, cyclically, unless
-it is the only one; a key found twice in the window counts twice). Each round gives a softmax output ``o_r(i)`` and its logsumexp
-``l_r(i)``; the rounds are combined with weights ``softmax_r(l_r(i))``. That is
+it is the only one; a key found twice in the window counts twice). Each round gives a softmax output
+``o_r(i)`` and its logsumexp ``l_r(i)``; the rounds are combined with weights ``softmax_r(l_r(i))``. That is
 
     out_i = sum_j N_ij exp(s_ij) v_j / sum_j N_ij exp(s_ij),   N_ij = how many window slots of i's copies hold j.
 
