@@ -40,10 +40,11 @@ class Workspace:
     def __init__(self, like: Tensor):
         self.like, self.buffers = like, {}
 
-    def get(self, name: str, shape: tuple[int, ...]) -> Tensor:
+    def get(self, name: str, shape: tuple[int, ...], zeros: bool = False) -> Tensor:
+        """The buffer ``name`` of ``shape``; ``zeros``: zero when created (entries never written stay 0)."""
         key = (name, shape)
         if key not in self.buffers:
-            self.buffers[key] = self.like.new_empty(shape)
+            self.buffers[key] = self.like.new_zeros(shape) if zeros else self.like.new_empty(shape)
         return self.buffers[key]
 
 
@@ -91,14 +92,16 @@ class ChunkSketch:
 
     ``forward`` gives ``phi`` ``(B H, C, m)``; ``recompute`` does the same while keeping the leave-one-out
     products, after which ``backprop(x_c, grad_phi)`` returns ``grad_x_c`` and adds into ``grad_flat``.
+    A ``ChunkMap`` of ``_chunked_attention`` (``like`` is the input, for its batch size).
     """
 
-    def __init__(self, theta: Tensor, batch: int, square: bool, need_theta: bool = False):
-        self.flat = theta_matrix(theta, batch)  # (B H, d, t p m)
+    def __init__(self, theta: Tensor, like: Tensor, need_grad: bool = False, *, square: bool):
+        self.batch = like.shape[0]
+        self.flat = theta_matrix(theta, self.batch)  # (B H, d, t p m)
         self.rows, self.d = self.flat.shape[:2]
         self.shape = (theta.shape[1], theta.shape[2], theta.shape[4])  # t, p, m
-        self.square, self.work = square, Workspace(theta)
-        self.grad_flat = torch.zeros_like(self.flat) if need_theta else None
+        self.features, self.square, self.work = theta.shape[4], square, Workspace(theta)
+        self.grad_flat = torch.zeros_like(self.flat) if need_grad else None
 
     def width(self) -> int:
         t, p, m = self.shape
@@ -140,11 +143,11 @@ class ChunkSketch:
         grad_x = self.work.get("grad_x", (self.rows, c, self.d))
         return torch.baddbmm(grad_x, grad_proj, self.flat.transpose(1, 2), beta=0, alpha=scale, out=grad_x)
 
-    def grad_theta(self, batch: int) -> Tensor:
+    def grad_param(self) -> Tensor:
         """Theta's gradient ``(H, t, p, d, m)`` from the accumulated ``(B H, d, t p m)`` sums."""
         t, p, m = self.shape
-        h = self.rows // batch
-        return self.grad_flat.view(batch, h, self.d, t, p, m).sum(0).permute(0, 2, 3, 1, 4)
+        h = self.rows // self.batch
+        return self.grad_flat.view(self.batch, h, self.d, t, p, m).sum(0).permute(0, 2, 3, 1, 4)
 
 
 def chunk_of(x: Tensor, sl: slice) -> Tensor:
@@ -165,7 +168,7 @@ class _PolynomialSketch(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, theta: Tensor, square: bool, chunk_bytes: int) -> Tensor:
         b, h, n, _ = x.shape
-        sketch = ChunkSketch(theta, b, square)
+        sketch = ChunkSketch(theta, x, square=square)
         out = x.new_empty(b, h, n, theta.shape[-1])
         for sl in token_chunks(n, b * h, sketch.width(), x.element_size(), chunk_bytes):
             put_chunk(out, sl, sketch.forward(chunk_of(x, sl)))
@@ -179,7 +182,7 @@ class _PolynomialSketch(torch.autograd.Function):
         x, theta = ctx.saved_tensors
         b, h, n, _ = x.shape
         need_x, need_theta = ctx.needs_input_grad[:2]
-        sketch = ChunkSketch(theta, b, ctx.square, need_theta)
+        sketch = ChunkSketch(theta, x, need_theta, square=ctx.square)
         grad_x = torch.empty_like(x) if need_x else None
         for sl in token_chunks(n, b * h, sketch.width(), x.element_size(), ctx.chunk_bytes):
             x_c = chunk_of(x, sl)
@@ -187,7 +190,7 @@ class _PolynomialSketch(torch.autograd.Function):
             grad_x_c = sketch.backprop(x_c, chunk_of(grad_out, sl))
             if need_x:
                 put_chunk(grad_x, sl, grad_x_c)
-        return grad_x, sketch.grad_theta(b) if need_theta else None, None, None
+        return grad_x, sketch.grad_param() if need_theta else None, None, None
 
 
 def polynomial_sketch(x: Tensor, theta: Tensor, square: bool, chunk_bytes: int = CHUNK_BYTES) -> Tensor:

@@ -17,12 +17,13 @@ scale is folded into both, plus the constant and the W / r^(1/4) linear term: ex
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 from torch import Tensor, nn
 
-from ._sketch import naive_polynomial_sketch, polynomial_sketch
-from ._sketch_attention import sketch_attention
+from ._chunked_attention import chunked_kernel_attention
+from ._sketch import ChunkSketch, naive_polynomial_sketch, polynomial_sketch
 from .based import BasedAttention, based_projection
 from .kernel import at_least_float32, float32_region, kernel_attention, naive_kernel_attention, values_and_ones
 from .registry import register
@@ -106,8 +107,8 @@ class LLoPSAttention(nn.Module):
             with float32_region(v):
                 q, k = at_least_float32(q), at_least_float32(k)
                 v1 = values_and_ones(at_least_float32(v), key_padding_mask)
-                out = sketch_attention(q, k, v1, self.theta_q.to(q.dtype), self.theta_k.to(q.dtype),
-                                       square=self.square, eps=self.eps)
+                out = chunked_kernel_attention(q, k, v1, self.theta_q.to(q.dtype), self.theta_k.to(q.dtype),
+                                               partial(ChunkSketch, square=self.square), eps=self.eps)
             return out.to(v.dtype)
         return kernel_attention(self.features_of(q, "q"), self.features_of(k, "k"), v, key_padding_mask,
                                 eps=self.eps, causal=self.causal, chunk_size=self.chunk_size)

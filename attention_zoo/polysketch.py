@@ -6,8 +6,10 @@ Target: degree-p polynomial attention on LayerNorm'd queries and keys (one share
 
 where the 1 is the paper's stabilising normalisation constant. A degree-p/2 sketch ``x' in R^r`` with
 ``E[q' . k'] = (q . k)^(p/2)`` is squared for non-negativity, ``w_ij = (q'_i . k'_j)^2``, computed as
-linear attention on ``phi(x) = vec(x' x'^T)`` restricted to its upper triangle (off-diagonal entries
-times sqrt 2, r(r+1)/2 features, ``phi(a) . phi(b) = (a . b)^2``), O(n r^2 d).
+linear attention on ``phi(x) = vec(x' x'^T)``, ``phi(a) . phi(b) = (a . b)^2``, O(n r^2 d). Non-causal, the
+sketch and phi (r^2 features, as the reference) are fused into the attention (``_chunked_attention``):
+made per token chunk and recomputed in backward, never stored. Causal, phi is restricted to its upper
+triangle (off-diagonal entries times sqrt 2, r(r+1)/2 features, the same kernel).
 
 ``sketch="random"``: ``x' = prod_{j<p/2} (x G_j) / sqrt(r)`` with ``G_j`` i.i.d. N(0, 1) ``(d, r)``
 per head, a fixed buffer drawn from ``seed`` (the paper's Gaussian sketch; it is LLoPS' polynomial
@@ -29,8 +31,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ._chunk_maps import square_map
+from ._chunked_attention import chunked_kernel_attention
 from ._sketch import naive_polynomial_sketch, polynomial_sketch
-from .kernel import float32_region, kernel_attention, naive_normalized_attention
+from .kernel import at_least_float32, float32_region, kernel_attention, naive_normalized_attention, values_and_ones
 from .registry import register
 
 SKETCHES = ("random", "learned")
@@ -48,7 +52,7 @@ def symmetric_square_features(x: Tensor) -> Tensor:
     """Upper triangle of ``x x^T`` (off-diagonal times sqrt 2): ``(..., r) -> (..., r (r + 1) / 2)``."""
     r = x.shape[-1]
     i, j = torch.triu_indices(r, r, device=x.device)
-    coef = torch.where(i == j, 1.0, math.sqrt(2.0)).to(x.dtype)
+    coef = x.new_full((len(i),), math.sqrt(2.0)).masked_fill_(i == j, 1.0)
     return x[..., i] * x[..., j] * coef
 
 
@@ -106,20 +110,32 @@ class PolySketchAttention(nn.Module):
                 for _ in range(2))
 
     def normalized(self, x: Tensor) -> Tensor:
-        """The shared LayerNorm of the random sketch, float32."""
-        return F.layer_norm(x.float(), self.norm.normalized_shape, self.norm.weight.float(),
-                            self.norm.bias.float(), self.norm.eps)
+        """The shared LayerNorm of the random sketch, float32 (float64 kept)."""
+        x = at_least_float32(x)
+        return F.layer_norm(x, self.norm.normalized_shape, self.norm.weight.to(x.dtype),
+                            self.norm.bias.to(x.dtype), self.norm.eps)
 
     def sketched(self, x: Tensor, sketch=polynomial_sketch) -> Tensor:
         """``x'`` ``(B, H, N, r)`` in float32 (``sketch`` is swapped for the oracle's per-factor form)."""
         with float32_region(x):
+            x = at_least_float32(x)
             if self.sketch == "random":
-                return sketch(self.normalized(x), self.theta.float(), False).float()
-            x1, x2 = (branch(x.float()) for branch in self.branches)
+                return sketch(self.normalized(x), self.theta.to(x.dtype), False).to(x.dtype)
+            x1, x2 = (branch(x) for branch in self.branches)
             root = math.sqrt(self.sketch_size)
             return torch.tanh(x1 * x2 / root) * root
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        if not self.causal:  # fused: no (N, r^2) tensor at all
+            with float32_region(v):
+                v1 = values_and_ones(at_least_float32(v), key_padding_mask)
+                if self.sketch == "random":  # the sketch too is made per chunk
+                    x_q, x_k, theta = self.normalized(q), self.normalized(k), self.theta.to(v1.dtype)
+                else:
+                    x_q, x_k, theta = self.sketched(q), self.sketched(k), None
+                out = chunked_kernel_attention(x_q, x_k, v1, theta, theta, square_map,
+                                               eps=self.normalization)
+            return out.to(v.dtype)
         with float32_region(v):
             phi_q = symmetric_square_features(self.sketched(q))  # (B, H, N, r (r + 1) / 2)
             phi_k = symmetric_square_features(self.sketched(k))

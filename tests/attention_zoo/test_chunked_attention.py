@@ -1,0 +1,121 @@
+"""The fused chunked kernel attention with BASED's and PolySketchFormer's feature maps, against their oracles."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import attention_zoo
+from attention_zoo._chunk_maps import square_map, taylor_map
+from attention_zoo._chunked_attention import chunked_kernel_attention
+from attention_zoo._sketch import naive_polynomial_sketch
+from attention_zoo.based import naive_based
+from attention_zoo.kernel import values_and_ones
+from attention_zoo.polysketch import naive_polysketch
+from tests.conftest import assert_close, random_qkv_mask
+
+B, H, N, D, R = 2, 3, 11, 5, 4
+
+
+def inputs(b: int = B, n: int = N):
+    q, k, v, mask = random_qkv_mask(b, H, n, D, real=n - 3)
+    params = {"taylor": torch.randn(H, D, R), "sketch": torch.randn(H, 1, 2, D, R), "identity": None}
+    return [t.double() for t in (q, k, v)], mask, {name: p if p is None else p.double() for name, p in params.items()}
+
+
+def fused(name: str, q, k, v, mask, param_q, param_k, chunk_bytes: int):
+    """The fused form: BASED's Taylor map of ``x W``, the symmetric square of a sketch or of the input."""
+    v1 = values_and_ones(v, mask)
+    if name == "taylor":
+        return chunked_kernel_attention(q, k, v1, param_q[:, None, None], param_k[:, None, None], taylor_map,
+                                        eps=1e-12, chunk_bytes=chunk_bytes)
+    return chunked_kernel_attention(q, k, v1, param_q, param_k, square_map, eps=1.0,
+                                    chunk_bytes=chunk_bytes)
+
+
+def oracle(name: str, q, k, v, mask, param_q, param_k):
+    """The quadratic oracles of ``based.py`` and ``polysketch.py`` (per-factor sketch)."""
+    if name == "taylor":
+        return naive_based(q, k, v, param_q, param_k, mask)
+    if name == "sketch":
+        q, k = naive_polynomial_sketch(q, param_q, False), naive_polynomial_sketch(k, param_k, False)
+    return naive_polysketch(q, k, v, mask)
+
+
+def one_token(name: str, b: int = B) -> int:
+    """``chunk_bytes`` of one float64 token: the widest per-token buffer is phi (m numbers)."""
+    return b * H * 8 * (1 + R + R * R if name == "taylor" else R * R)
+
+
+@pytest.mark.parametrize("name", ["taylor", "sketch", "identity"])
+@pytest.mark.parametrize("chunking", ["one token", "uneven", "whole"])
+def test_values_and_gradients_match_the_oracle(name, chunking):
+    (q, k, v), mask, params = inputs()
+    param = params[name]
+    param_k = None if param is None else param + 0.5 * torch.randn_like(param)  # separate query and key maps
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    refs = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    if param is not None:
+        leaves += [t.clone().requires_grad_(True) for t in (param, param_k)]
+        refs += [t.clone().requires_grad_(True) for t in (param, param_k)]
+    chunk_bytes = {"one token": 1, "uneven": 4, "whole": 1000}[chunking] * one_token(name)
+    out = fused(name, *leaves[:3], mask, *(leaves[3:] or [None, None]), chunk_bytes)
+    ref = oracle(name, *refs[:3], mask, *(refs[3:] or [None, None]))
+    weights = torch.randn_like(out)
+    (out * weights).sum().backward()
+    (ref * weights).sum().backward()
+    assert_close(ref, out, ratio=1e-12)
+    for a, b, what in zip(refs, leaves, ["q", "k", "v", "param q", "param k"]):
+        assert_close(a.grad, b.grad, ratio=1e-12, what=f"grad {what}")
+
+
+@pytest.mark.parametrize("name", ["taylor", "sketch", "identity"])
+def test_gradcheck_on_tiny_shapes(name):
+    (q, k, v), mask, params = inputs(b=1, n=5)
+    param = params[name]
+    leaves = [t.requires_grad_(True) for t in (q, k, v)] + ([] if param is None else [param.requires_grad_(True)])
+
+    def fn(*args):
+        p = args[3] if len(args) > 3 else None
+        return fused(name, *args[:3], mask, p, p, chunk_bytes=2 * one_token(name, b=1))  # chunks of 2 tokens
+
+    assert torch.autograd.gradcheck(fn, leaves)
+
+
+MODULES = {"based": ("based", {}), "polysketch": ("polysketch", {}),
+           "polysketch learned": ("polysketch", {"sketch": "learned", "sketch_size": 6})}
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_module_outputs_and_all_gradients_match_its_oracle(module):
+    name, opts = MODULES[module]
+    attn = attention_zoo.build(name, head_dim=8, num_heads=2, **opts).double()
+    with torch.no_grad():  # LayerNorm away from its identity initialisation
+        for p in attn.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    q, k, v, mask = (t.double() if t.is_floating_point() else t for t in random_qkv_mask(h=2))
+    results = []
+    for run in (attn.naive, attn):
+        attn.zero_grad()
+        qkv = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        out = run(*qkv, mask)
+        out.pow(2).sum().backward()
+        grads = {name: p.grad.clone() for name, p in attn.named_parameters()}
+        results.append((out, grads | {f"grad {x}": t.grad for x, t in zip("qkv", qkv)}))
+    (ref, ref_grads), (out, grads) = results
+    assert_close(ref, out, ratio=1e-12, what=module)
+    assert ref_grads.keys() == grads.keys() and len(grads) > 3
+    for what in grads:
+        assert_close(ref_grads[what], grads[what], ratio=1e-10, what=what)
+
+
+@pytest.mark.parametrize("name", ["based", "polysketch"])
+def test_fused_keeps_no_feature_sized_tensor_for_backward(name):
+    """Memory O(N d): nothing of size N x m (BASED m = 273, PolySketch m = 1024 > d + 1 = 9) is saved."""
+    b, h, n, d = 2, 2, 1024, 8  # the (m, D + 1) states are smaller than N (d + 1)
+    attn = attention_zoo.build(name, head_dim=d, num_heads=h)
+    q, k, v = (torch.randn(b, h, n, d, requires_grad=True) for _ in range(3))
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+        attn(q, k, v, torch.ones(b, n, dtype=torch.bool))
+    assert max(saved) <= b * h * n * (d + 1) < b * h * n * 273
