@@ -38,13 +38,14 @@ def kernel_attention(
     v: Tensor,
     key_padding_mask: Tensor | None = None,
     *,
-    eps: float = 1e-6,
+    eps: float | Tensor = 1e-6,
     causal: bool = False,
     chunk_size: int = 256,
 ) -> Tensor:
     """Normalised linear attention from features ``phi_q, phi_k`` ``(B, H, N, M)`` and ``v`` ``(B, H, N, D)``.
 
-    Computed in float32 (float64 for float64 inputs); returns ``v``'s dtype.
+    ``eps`` a float or per query ``(B, H, N, 1)``. Computed in float32 (float64 for float64 inputs);
+    returns ``v``'s dtype.
     """
     out_dtype = v.dtype
     with float32_region(v):
@@ -56,6 +57,34 @@ def kernel_attention(
         else:
             out = _GlobalKernelAttention.apply(phi_q, phi_k, v1, eps)
     return out.to(out_dtype)
+
+
+def power_of_two_exponent(x: Tensor) -> Tensor:
+    """``e`` with ``x / 2^e`` in [0.5, 1) (0 for 0), clamped to +-100 so ``2^-e`` is a normal float32."""
+    return torch.frexp(x).exponent.clamp_(-100, 100)
+
+
+def rescale_homogeneous(q: Tensor, k: Tensor, degree: int, eps: float,
+                        key_padding_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """``q', k', eps'`` for a kernel ``phi_Q(q) . phi_K(k)`` homogeneous of ``degree`` in q and in k.
+
+    ``phi(2^-e x) = 2^-(e degree) phi(x)``: each query is scaled by its own ``2^-a_i`` and all keys of a
+    (sequence, head) by one ``2^-b`` (a per-key scale would change the weights), so ``num_i``, ``den_i``
+    scale by ``2^-(a_i + b) degree`` and ``eps_i' = 2^-(a_i + b) degree eps`` keeps ``num / (den + eps)``.
+    The largest entry of each query and of the largest real key lands in [0.5, 1), so features stay in
+    range for inputs up to 2^100 (keys far smaller than their sequence's largest may underflow to weight 0).
+    Powers of two scale floats exactly, so where nothing over- or underflows the result is bit for bit the
+    unscaled one. ``q, k`` ``(B, H, N, d)``; ``eps'`` ``(B, H, N, 1)`` in q's dtype.
+    """
+    a = power_of_two_exponent(q.detach().abs().amax(-1, keepdim=True))  # (B, H, N, 1)
+    key_max = k.detach().abs().amax(-1, keepdim=True)
+    if key_padding_mask is not None:  # padded keys (any garbage) do not set the scale
+        key_max = key_max.masked_fill(~key_padding_mask[:, None, :, None], 0)
+    b = power_of_two_exponent(key_max.amax(-2, keepdim=True))  # (B, H, 1, 1)
+    exponent = ((a + b) * degree).clamp_(-1000, 1000).double()  # float64: 2^-1000 is still normal
+    tiny, huge = torch.finfo(q.dtype).tiny, torch.finfo(q.dtype).max  # eps' > 0 keeps 0 / (0 + eps') = 0
+    eps_scaled = (eps * torch.exp2(-exponent)).clamp_(tiny, huge).to(q.dtype)
+    return q * torch.exp2(-a.to(q.dtype)), k * torch.exp2(-b.to(k.dtype)), eps_scaled
 
 
 def values_and_ones(v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
@@ -85,7 +114,7 @@ class _GlobalKernelAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, phi_q: Tensor, phi_k: Tensor, v1: Tensor, eps: float) -> Tensor:
+    def forward(ctx, phi_q: Tensor, phi_k: Tensor, v1: Tensor, eps: float | Tensor) -> Tensor:
         state = phi_k.transpose(-1, -2) @ v1  # (B, H, M, D + 1)
         num_den = phi_q @ state  # (B, H, N, D + 1)
         den = num_den[..., -1:] + eps
@@ -124,7 +153,7 @@ def naive_normalized_attention(
     v: Tensor,
     key_padding_mask: Tensor | None = None,
     *,
-    eps: float = 1e-6,
+    eps: float | Tensor = 1e-6,
     causal: bool = False,
 ) -> Tensor:
     """Oracle: apply an explicit ``(B, H, N, N)`` weight matrix, row-normalised by its own sum + eps."""
@@ -144,7 +173,7 @@ def naive_kernel_attention(
     v: Tensor,
     key_padding_mask: Tensor | None = None,
     *,
-    eps: float = 1e-6,
+    eps: float | Tensor = 1e-6,
     causal: bool = False,
 ) -> Tensor:
     """Oracle for ``kernel_attention``: build the full weight matrix ``phi_q phi_k^T``, then normalise."""

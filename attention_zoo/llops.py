@@ -9,6 +9,11 @@ with separate Theta for queries and keys, at cost O(n d m p t) and never a d^p t
 ``square`` (``phi <- phi * phi``, non-negative weights, degree 2p), a constant feature and a learned
 linear term (as in BASED). Normalised linear attention on these features, computed in float32.
 
+Without the constant and linear term phi is homogeneous of degree p (2p squared), so q and k are first
+rescaled by powers of two (``kernel.rescale_homogeneous``: per query, and per sequence for the keys) with
+the eps rescaled to match: exact, and finite at any input scale (degree-8 features of |x| ~ 100 overflow
+float32 unscaled). The oracle does the same.
+
 ``init="based"`` (or ``LLoPSAttention.from_based``) sets degree 2, rank 1, m = r^2 from a BASED
 projection W: Theta_1 repeats each column of W r times, Theta_2 tiles W r times, the 1/sqrt(2 r)
 scale is folded into both, plus the constant and the W / r^(1/4) linear term: exactly BASED.
@@ -25,7 +30,14 @@ from torch import Tensor, nn
 from ._chunked_attention import chunked_kernel_attention
 from ._sketch import ChunkSketch, naive_polynomial_sketch, polynomial_sketch
 from .based import BasedAttention, based_projection
-from .kernel import at_least_float32, float32_region, kernel_attention, naive_kernel_attention, values_and_ones
+from .kernel import (
+    at_least_float32,
+    float32_region,
+    kernel_attention,
+    naive_kernel_attention,
+    rescale_homogeneous,
+    values_and_ones,
+)
 from .registry import register
 
 
@@ -102,19 +114,35 @@ class LLoPSAttention(nn.Module):
                 parts.insert(0, x.new_ones(x.shape[:-1] + (1,)))
             return torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
 
+    def homogeneous(self) -> bool:
+        """phi(c x) = c^(p or 2p) phi(x): no constant or linear term."""
+        return not (self.constant or self.linear_features)
+
+    def rescaled(self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """``q', k', eps'`` in float32 (float64 kept), scaled by powers of two (module docstring)."""
+        with float32_region(q):
+            degree = self.degree * (2 if self.square else 1)
+            return rescale_homogeneous(at_least_float32(q), at_least_float32(k), degree, self.eps, key_padding_mask)
+
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
-        if not (self.causal or self.constant or self.linear_features):  # fused: no (N, m) tensor at all
-            with float32_region(v):
-                q, k = at_least_float32(q), at_least_float32(k)
-                v1 = values_and_ones(at_least_float32(v), key_padding_mask)
-                out = chunked_kernel_attention(q, k, v1, self.theta_q.to(q.dtype), self.theta_k.to(q.dtype),
-                                               partial(ChunkSketch, square=self.square), eps=self.eps)
-            return out.to(v.dtype)
-        return kernel_attention(self.features_of(q, "q"), self.features_of(k, "k"), v, key_padding_mask,
-                                eps=self.eps, causal=self.causal, chunk_size=self.chunk_size)
+        if not self.homogeneous():
+            return kernel_attention(self.features_of(q, "q"), self.features_of(k, "k"), v, key_padding_mask,
+                                    eps=self.eps, causal=self.causal, chunk_size=self.chunk_size)
+        q, k, eps = self.rescaled(q, k, key_padding_mask)
+        if self.causal:
+            return kernel_attention(self.features_of(q, "q"), self.features_of(k, "k"), v, key_padding_mask,
+                                    eps=eps, causal=True, chunk_size=self.chunk_size)
+        with float32_region(v):  # fused: no (N, m) tensor at all
+            v1 = values_and_ones(at_least_float32(v), key_padding_mask)
+            out = chunked_kernel_attention(q, k, v1, self.theta_q.to(q.dtype), self.theta_k.to(q.dtype),
+                                           partial(ChunkSketch, square=self.square), eps=eps)
+        return out.to(v.dtype)
 
     def naive(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """Quadratic oracle: per-factor features, the explicit n x n weight matrix, normalised."""
+        eps = self.eps
+        if self.homogeneous():
+            q, k, eps = self.rescaled(q, k, key_padding_mask)
         phi_q = self.features_of(q, "q", naive_polynomial_sketch)
         phi_k = self.features_of(k, "k", naive_polynomial_sketch)
-        return naive_kernel_attention(phi_q, phi_k, v, key_padding_mask, eps=self.eps, causal=self.causal)
+        return naive_kernel_attention(phi_q, phi_k, v, key_padding_mask, eps=eps, causal=self.causal)

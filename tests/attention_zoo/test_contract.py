@@ -123,6 +123,22 @@ def test_length_16k_is_finite(name, dtype):
         assert torch.isfinite(out.float()).all(), f"{name} scale {scale}"
 
 
+@pytest.mark.parametrize("name", attention_zoo.available())
+def test_large_inputs_are_finite(name):
+    """Inputs of scale 1e4 in fp32: output, gradients and oracle finite (LLoPS' degree-8 features overflowed)."""
+    attn = make(name)
+    q, k, v, mask = inputs(48, scale=1e4)
+    for t in (q, k, v):
+        t.requires_grad_(True)
+    out = attn(q, k, v, key_padding_mask=mask)
+    assert torch.isfinite(out).all()
+    (out * mask[:, None, :, None]).sum().backward()
+    for t in (q, k, v):
+        assert torch.isfinite(t.grad).all()
+    with torch.no_grad():
+        assert torch.isfinite(attn.naive(q, k, v, key_padding_mask=mask)).all()
+
+
 def test_unknown_name_and_option_list_valid_choices():
     with pytest.raises(ValueError, match="valid names: .*llops.*softmax"):
         attention_zoo.build("nope", head_dim=D, num_heads=H)

@@ -1,15 +1,19 @@
-"""LLoPS and BASED: feature maps against their defining formulas, and LLoPS reproducing BASED."""
+"""LLoPS and BASED: feature maps against their defining formulas, LLoPS reproducing BASED, LLoPS at large scale."""
 
 from __future__ import annotations
 
 import itertools
 import math
+from functools import partial
 
 import pytest
 import torch
 
 import attention_zoo
+from attention_zoo._chunked_attention import chunked_kernel_attention
+from attention_zoo._sketch import ChunkSketch
 from attention_zoo.based import BasedAttention, taylor_feature_map
+from attention_zoo.kernel import kernel_attention, naive_kernel_attention, values_and_ones
 from attention_zoo.llops import LLoPSAttention, naive_polynomial_sketch, polynomial_sketch
 from tests.conftest import assert_close, random_qkv_mask
 
@@ -84,3 +88,56 @@ def test_features_are_float32_under_bf16_autocast():
     q = torch.randn(1, 2, 5, 8)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert llops.features_of(q, "q").dtype == torch.float32
+
+
+LARGE = {"fused": {}, "causal": {"causal": True, "chunk_size": 7}, "unsquared, rank 2": {"square": False, "rank": 2}}
+
+
+@pytest.mark.parametrize("path", LARGE)
+def test_llops_rescaling_is_exact_at_ordinary_scale(path):
+    """Powers of two scale floats exactly: outputs and all gradients equal the unscaled computation's, bit for bit."""
+    llops = attention_zoo.build("llops", head_dim=8, num_heads=2, degree=4, features=12, **LARGE[path])
+    q, k, v, mask = qkv_mask(h=2)
+    results = []
+    for rescale in (True, False):
+        llops.zero_grad()
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        if rescale:
+            out = llops(*leaves, mask)
+        elif llops.causal:
+            out = kernel_attention(llops.features_of(leaves[0], "q"), llops.features_of(leaves[1], "k"), leaves[2],
+                                   mask, eps=llops.eps, causal=True, chunk_size=7)
+        else:
+            out = chunked_kernel_attention(*leaves[:2], values_and_ones(leaves[2], mask), llops.theta_q, llops.theta_k,
+                                           partial(ChunkSketch, square=llops.square), eps=llops.eps)
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        results.append([out] + [t.grad for t in leaves] + [p.grad.clone() for p in llops.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*results))
+
+
+@pytest.mark.parametrize("path", LARGE)
+@pytest.mark.parametrize("scale", [1e2, 1e4])
+def test_llops_large_inputs_match_the_unscaled_float64_kernel(path, scale):
+    """Degree-8 features of |q|, |k| ~ 100 overflowed float32 (and the oracle); rescaled, both stay exact."""
+    llops = attention_zoo.build("llops", head_dim=8, num_heads=2, degree=4, features=12, **LARGE[path])
+    q, k, v, mask = qkv_mask(h=2)
+    q, k = q * scale, k * scale
+    k[1, :, 21:] *= 1e3  # padded keys' garbage does not set the keys' scale
+    runs = []
+    for fn in (llops, llops.naive, None):
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        if fn is None:  # float64, unscaled: phi ~ 1e37, weights ~ 1e75 still fit
+            theta_q, theta_k = llops.theta_q.detach().double(), llops.theta_k.detach().double()
+            phi_q = naive_polynomial_sketch(leaves[0].double(), theta_q, llops.square)
+            phi_k = naive_polynomial_sketch(leaves[1].double(), theta_k, llops.square)
+            out = naive_kernel_attention(phi_q, phi_k, leaves[2].double(), mask, eps=llops.eps, causal=llops.causal)
+        else:
+            out = fn(*leaves, mask)
+        assert out.dtype == (torch.float64 if fn is None else torch.float32)
+        out.pow(2).sum().backward()
+        runs.append([out] + [t.grad for t in leaves])
+    keep = mask[:, None, :].expand(-1, 2, -1)
+    for run, what in zip(runs[:2], ["fast", "oracle"]):
+        assert_close(runs[2][0][keep], run[0][keep], ratio=1e-4, what=f"{what} output")
+        for ref, grad, x in zip(runs[2][1:], run[1:], "qkv"):
+            assert_close(ref, grad, ratio=1e-3, what=f"{what} grad {x}")
