@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 
-import pytest
-import torch
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: idle OpenMP threads sleep, not spin
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 if "OMP_NUM_THREADS" not in os.environ:  # respect a caller who limits threads on a busy machine
     torch.set_num_threads(2)
