@@ -1,0 +1,60 @@
+"""A run's cost counts every segment: an interrupted-then-resumed run records the sum of its segments' time and
+all its training tokens; a finished run folder is left alone unless ``rerun=true``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+import torch
+from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+from lra.callbacks import CheckpointOnPreemption
+from lra.train import run
+from tests.lra.conftest import TINY, compose_config
+
+
+def config(data_dir, *extra) -> dict:
+    return compose_config(["attention=linear", "experiment=quick", f"data_dir={data_dir}", *TINY, "task.max_steps=20",
+                           "task.eval_every=7", "trainer.enable_progress_bar=false", *extra])
+
+
+def tokens_trained(record: dict) -> float:
+    return record["tokens_per_s"] * record["fit_time_s"]
+
+
+def test_a_resumed_run_records_all_segments_time_and_tokens(tiny_data_dir, tmp_path, monkeypatch):
+    whole = run(config(tiny_data_dir), tmp_path / "whole")
+
+    def stop_at_step_9(self, trainer, *args, **kwargs):
+        if trainer.global_step == 9 and not getattr(self, "sent", False):
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(CheckpointOnPreemption, "on_train_batch_start", stop_at_step_9, raising=False)
+        with pytest.raises(SIGTERMException):
+            run(config(tiny_data_dir), tmp_path / "split")
+    saved = torch.load(tmp_path / "split" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    first_segment = saved["run_progress"]["fit_seconds"]
+    assert first_segment > 0 and saved["run_progress"]["train_tokens"] > 0
+    resumed = run(config(tiny_data_dir), tmp_path / "split")
+    assert resumed["earlier_segments_s"] == pytest.approx(first_segment)
+    assert resumed["fit_time_s"] > first_segment and resumed["wall_time_s"] > resumed["fit_time_s"]
+    assert tokens_trained(resumed) == pytest.approx(tokens_trained(whole))  # every step's tokens, once
+
+
+def test_a_completed_run_is_left_alone_and_rerun_true_starts_again(tiny_data_dir, tmp_path):
+    first = run(config(tiny_data_dir), tmp_path)
+    record = (tmp_path / "result.json").read_text()
+    again = run(config(tiny_data_dir), tmp_path)
+    assert again["already_completed"] and again["metrics"] == first["metrics"]
+    assert (tmp_path / "result.json").read_text() == record  # not rewritten
+    redo = run(config(tiny_data_dir, "rerun=true"), tmp_path)
+    assert redo["status"] == "completed" and "already_completed" not in redo
+    assert redo["earlier_segments_s"] == 0.0  # trained from scratch, not resumed
+    (replaced,) = (tmp_path / "replaced").iterdir()
+    assert json.loads((replaced / "result.json").read_text())["finished_at"] == first["finished_at"]
+    assert (replaced / "checkpoints" / "last.ckpt").exists()
