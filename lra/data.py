@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ from data_prep.compact import CompactSplit, DataError, load_manifest, load_split
 
 from .errors import UserError
 from .sampling import EpochSampler
+
+log = logging.getLogger(__name__)
 
 
 class SequenceDataset(Dataset):
@@ -129,6 +132,23 @@ class CompactDataModule(pl.LightningDataModule):
         if self.num_classes != self.task["num_classes"]:
             raise UserError(f"{self.task_dir}: data has {self.num_classes} classes but task.num_classes is "
                             f"{self.task['num_classes']}. Rebuild it with: {self.rebuild_command()}")
+        self.check_lengths()
+
+    def check_lengths(self) -> None:
+        """Sequences longer than ``task.max_len`` are cut only when ``task.truncate`` says so, and then logged."""
+        max_len = int(self.task["max_len"])
+        for split, data in self.data.items():
+            lengths = np.concatenate([np.diff(v) for k, v in data.extra.items() if k.startswith("offsets")]
+                                     + [data.lengths])  # every document of a pair task too
+            cut = int((lengths > max_len).sum())
+            if not cut:
+                continue
+            if not self.task.get("truncate"):
+                raise UserError(f"task.max_len={max_len} is shorter than {cut} of the {lengths.size} {split} "
+                                f"sequences (up to {int(lengths.max())} tokens): they would be cut without a word. "
+                                f"Raise task.max_len to {int(lengths.max())}, or add ++task.truncate=true to cut them")
+            log.info("task.truncate: %d of the %d %s sequences are cut to task.max_len=%d tokens (longest %d)",
+                     cut, lengths.size, split, max_len, int(lengths.max()))
 
     def majority_acc(self) -> float:
         """Test accuracy of always predicting the most frequent training label."""
@@ -182,6 +202,9 @@ class CompactDataModule(pl.LightningDataModule):
         single_process = self.trainer is None or self.trainer.world_size == 1  # DDP shards after this order
         if state and single_process:
             sampler.resume_at(state["epoch"], state["batches_done"] * self.task["batch_size"])
+        elif state and state.get("batches_done"):
+            log.warning("resumed mid-epoch under DDP: epoch %d starts its order again (exact resume is "
+                        "single-process)", state["epoch"])
         return self._loader("train", sampler)
 
     def val_dataloader(self) -> DataLoader:

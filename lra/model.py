@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from attention_zoo import extra_inputs
 
+from .checks import POOLINGS
 from .dropout import Dropout
 
 
@@ -64,9 +65,6 @@ def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     """Mean of ``x`` ``(B, N, D)`` over positions where ``mask`` ``(B, N)`` is True."""
     w = mask.to(x.dtype).unsqueeze(-1)
     return (x * w).sum(1) / w.sum(1).clamp_min(1.0)
-
-
-POOLINGS = ("mean", "cls", "none")
 
 
 class Encoder(nn.Module):
