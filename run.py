@@ -2,26 +2,65 @@
 
 Hydra composes ``conf/``; ``-m`` sweeps (``task=listops,text attention=llops,based seed=0,1,2``).
 Each run writes ``result.json`` in ``outputs/<task>/<attention>/seed<seed>/<tag>/``;
-``python -m results`` tabulates them.
+``python -m results`` tabulates them. The config is checked before torch and Lightning load, so a typo is
+reported in about a second.
 """
 
 from __future__ import annotations
 
 import logging
+import shlex
+import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
-from pytorch_lightning.utilities.exceptions import SIGTERMException
-from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
-from lra.errors import UserError
-from lra.train import run
+import lra.hydra_hooks  # noqa: F401  (registers the run-folder resolver used by conf/config.yaml)
+from lra.checks import check_added_keys, check_config, missing_plugin
+from lra.errors import Diverged, UserError
+from lra.record import record_refusal
 
 log = logging.getLogger("run")
+
+
+def added_keys_reference(overrides: list[str]) -> tuple[list[str], dict[str, Any] | None]:
+    """The keys ``+key=...``/``++key=...`` add, and the config composed without those overrides."""
+    from hydra import compose
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    added = [o.key_or_group for o in parsed if o.is_add() or o.is_force_add()]
+    if not any(key.split(".")[0] in ("task", "model") for key in added) or not GlobalHydra.instance().is_initialized():
+        return added, None
+    kept = [o.input_line for o in parsed if not (o.is_add() or o.is_force_add())]
+    return added, OmegaConf.to_container(compose(config_name="config", overrides=kept), resolve=False)
+
+
+def to_log_file(message: str) -> None:
+    """Also write ``message`` to Hydra's ``run.log`` (the console already shows it)."""
+    record = log.makeRecord(log.name, logging.INFO, __file__, 0, message, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+
+
+def report(message: str, *, error: bool = False) -> None:
+    print(f"\n{message}", file=sys.stderr if error else sys.stdout)
+    to_log_file(message)
+
+
+def rerun_command() -> str:
+    return shlex.join(["python", sys.argv[0], *sys.argv[1:]])
+
+
+def number(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
@@ -29,19 +68,49 @@ def main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     sweeping = hydra_cfg.mode == RunMode.MULTIRUN
+    config = OmegaConf.to_container(cfg, resolve=True)
     try:
-        record = run(OmegaConf.to_container(cfg, resolve=True), run_dir)
+        added, reference = added_keys_reference(list(hydra_cfg.overrides.task))
+        if reference is not None:
+            check_added_keys(added, reference)
+        check_config(config)
+    except UserError as err:  # refused before the training stack loads
+        record_refusal(config, run_dir, str(err))
+        report(f"error: {err}", error=True)
+        if sweeping:
+            return None
+        sys.exit(2)
+
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+    from pytorch_lightning.utilities.rank_zero import rank_zero_only
+
+    from lra.callbacks import stop_signal
+    from lra.train import run
+
+    try:
+        record = run(config, run_dir)
     except UserError as err:
-        print(f"\nerror: {err}", file=sys.stderr)
+        report(f"error: {err}", error=True)
         if sweeping:  # the failed record is written; let the other jobs of the sweep run
             return None
         sys.exit(2)
-    except SIGTERMException:
-        print(f"\ninterrupted: last.ckpt saved in {run_dir / 'checkpoints'}; rerun the same command to resume",
-              file=sys.stderr)
+    except Diverged as err:
+        report(f"diverged: {err}\nrecord: {run_dir / 'result.json'} (status: diverged)", error=True)
         if sweeping:
             return None
-        sys.exit(143)
+        sys.exit(1)
+    except SIGTERMException as err:
+        signum = stop_signal(err)
+        by = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+        report(f"interrupted by {by}: last.ckpt saved in {run_dir / 'checkpoints'}; rerun the same command to "
+               f"resume:\n  {rerun_command()}", error=True)
+        if sweeping and signum != signal.SIGINT:  # a preempted job; Ctrl-C stops the whole sweep
+            return None
+        sys.exit(128 + signum)
+    except KeyboardInterrupt:
+        report(f"interrupted by Ctrl-C at once; rerun the same command to resume from the last validation:\n"
+               f"  {rerun_command()}", error=True)
+        sys.exit(128 + signal.SIGINT)
     except Exception:
         if not sweeping:
             raise
@@ -51,14 +120,17 @@ def main(cfg: DictConfig) -> float | None:
     if rank_zero_only.rank != 0:
         return m["val_acc"]
     if record.get("already_completed"):
-        print(f"\nalready completed: {run_dir / 'result.json'} (test_acc={m['test_acc']:.4f}); left as it is. "
-              f"Add rerun=true to train it again from scratch (the old outputs move to replaced/).")
+        report(f"already completed: {run_dir / 'result.json'} (test_acc={number(m.get('test_acc'))}); left as it "
+               f"is. Add rerun=true to train it again from scratch (the old outputs move to replaced/).")
         return m["val_acc"]
-    print(f"\n{record['task']} / {record['attention']} / seed {record['seed']}: "
-          f"val_acc={m['val_acc']:.4f} test_acc={m['test_acc']:.4f} majority_acc={m['majority_acc']:.4f} "
-          f"({record['wall_time_s']:.0f} s)\nrecord: {run_dir / 'result.json'}")
+    report(f"{record['task']} / {record['attention']} / seed {record['seed']}: val_acc={number(m['val_acc'])} "
+           f"test_acc={number(m['test_acc'])} majority_acc={number(m['majority_acc'])} "
+           f"({record['wall_time_s']:.0f} s)\nrecord: {run_dir / 'result.json'}")
     return m["val_acc"]
 
 
 if __name__ == "__main__":
+    if problem := missing_plugin(sys.argv[1:]):
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
     main()

@@ -1,33 +1,68 @@
-"""Callbacks: checkpoint on preemption signals so that rerunning the command resumes exactly."""
+"""Callbacks: checkpoint on preemption signals and Ctrl-C so that a rerun resumes exactly; stop a diverged run."""
 
 from __future__ import annotations
 
 import logging
 import os
 import signal
+import threading
 from pathlib import Path
 
 import pytorch_lightning as pl
+import torch
 from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+from .errors import Diverged
 
 log = logging.getLogger(__name__)
 
 
+def stop_signal(exception: BaseException) -> int:
+    """The signal that stopped a run (``SIGTERMException.signum``, set by ``CheckpointOnPreemption``)."""
+    return int(getattr(exception, "signum", signal.SIGTERM))
+
+
 class CheckpointOnPreemption(pl.Callback):
-    """SIGTERM (and SIGUSR1, turned into SIGTERM) stops training at the end of the current batch;
-    this saves ``last.ckpt`` there, with the data position and RNG state, so a rerun resumes exactly.
+    """SIGTERM (and SIGUSR1 or a first Ctrl-C, both turned into SIGTERM) stops training at the end of the
+    current batch; this saves ``last.ckpt`` there, with the data position and RNG state, so a rerun resumes
+    exactly. A second Ctrl-C stops at once. The ``SIGTERMException`` carries the signal as ``signum``.
 
     Lightning's own SLURM plugin takes SIGUSR1 over when it runs under SLURM with auto-requeue.
     """
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        self.signum = signal.SIGTERM
+        self._sigint_before = None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit" and hasattr(signal, "SIGUSR1"):
             signal.signal(signal.SIGUSR1, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
 
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._catch_ctrl_c()  # here Lightning's SIGTERM handler is in place: before, SIGTERM would kill
+
+    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._catch_ctrl_c()
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self._sigint_before is not None:
+            signal.signal(signal.SIGINT, self._sigint_before)
+            self._sigint_before = None
+
+    def _catch_ctrl_c(self) -> None:
+        if threading.current_thread() is threading.main_thread() and self._sigint_before is None:
+            self._sigint_before = signal.signal(signal.SIGINT, self._on_ctrl_c)
+
+    def _on_ctrl_c(self, signum, frame) -> None:
+        self.signum = signal.SIGINT
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C stops at once
+        log.warning("Ctrl-C: stopping at the end of this batch (press it again to stop at once)")
+        os.kill(os.getpid(), signal.SIGTERM)
+
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        if isinstance(exception, SIGTERMException):
+            exception.signum = self.signum
         if not isinstance(exception, SIGTERMException) or trainer.state.fn != "fit":
             return
         if trainer.validating:  # stopped inside a validation pass: the last.ckpt before it is the consistent one
@@ -36,7 +71,7 @@ class CheckpointOnPreemption(pl.Callback):
             return
         if at_epoch_end(trainer):
             start_next_epoch(trainer)
-        trainer.save_checkpoint(self.path)
+        trainer.save_checkpoint(self.path, weights_only=False)
         log.warning("preempted at step %d: saved %s; rerun the same command to resume", trainer.global_step, self.path)
 
 
@@ -56,3 +91,40 @@ def start_next_epoch(trainer: pl.Trainer) -> None:
     epoch_loop.batch_progress.reset_on_run()
     epoch_loop.scheduler_progress.reset_on_run()
     epoch_loop.automatic_optimization.optim_progress.reset_on_run()
+
+
+class StopOnDivergence(pl.Callback):
+    """A non-finite training, validation or test loss raises ``Diverged`` (the run is recorded ``diverged``).
+
+    The training loss is checked after every step on the CPU; on an accelerator a device-side flag collects
+    every step and is read (one host sync) only at logging steps. Validation is checked before the checkpoint
+    callbacks save, so no checkpoint holds the diverged state.
+    """
+
+    def __init__(self, hint: str):
+        self.hint = hint
+        self.bad: torch.Tensor | None = None
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch,
+                           batch_idx: int) -> None:
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if not isinstance(loss, torch.Tensor):
+            return
+        bad = ~torch.isfinite(loss.detach()).all()
+        self.bad = bad if self.bad is None else self.bad | bad
+        if loss.device.type == "cpu" or trainer.global_step % max(1, trainer.log_every_n_steps) == 0:
+            if self.bad.item():
+                raise Diverged(f"the training loss is {loss.item()} at step {trainer.global_step} (non-finite "
+                               f"from this step or shortly before): the run diverged. {self.hint}")
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._check(trainer, "val/loss", "validation")
+
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._check(trainer, "test/loss", "test")
+
+    def _check(self, trainer: pl.Trainer, key: str, stage: str) -> None:
+        loss = trainer.callback_metrics.get(key)
+        if loss is not None and not torch.isfinite(loss).all():
+            raise Diverged(f"the {stage} loss is {float(loss)} after step {trainer.global_step}: the run diverged. "
+                           f"{self.hint}")

@@ -1,4 +1,4 @@
-"""The run record ``result.json``: provenance helpers and an atomic writer."""
+"""The run record ``result.json``: its first fields, provenance helpers and an atomic writer (no torch here)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,44 @@ import os
 import platform
 import subprocess
 import tempfile
+from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 PACKAGES = ("torch", "pytorch-lightning", "hydra-core", "omegaconf", "torchmetrics", "numpy", "pandas")
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+RECORD_NAME = "result.json"
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def new_record(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """The fields a run's record has from its start; ``status`` is ``failed`` until the run says otherwise."""
+    return {
+        "task": cfg["task"]["name"], "attention": cfg["attention"]["name"], "seed": cfg["seed"],
+        "tag": cfg.get("tag"), "status": "failed", "error": None, "metrics": {}, "config": cfg,
+        "git_sha": git_sha(PROJECT_ROOT), "versions": package_versions(), "run_dir": str(run_dir),
+        "started_at": now(),
+    }
+
+
+def completed_record(run_dir: Path) -> dict[str, Any] | None:
+    """The run folder's record when it says the run completed, else None."""
+    try:
+        record = json.loads((Path(run_dir) / RECORD_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("status") == "completed" else None
+
+
+def record_refusal(cfg: dict[str, Any], run_dir: Path, error: str) -> None:
+    """A ``failed`` record for a run refused before it started (a completed record is never replaced)."""
+    if completed_record(run_dir) is None:
+        write_json_atomic(Path(run_dir) / RECORD_NAME,
+                          {**new_record(cfg, run_dir), "error": error, "wall_time_s": 0.0, "finished_at": now()})
 
 
 def git_sha(repo: Path) -> str | None:
@@ -37,11 +70,19 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+def umask_mode() -> int:
+    """The mode ``open()`` gives a new file under this process's umask (``mkstemp`` would give 0600)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    """Write JSON to a temp file in the same folder, fsync, then rename over ``path``."""
+    """Write JSON to a temp file in the same folder, fsync, then rename over ``path`` (mode as the umask says)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, umask_mode())
         with os.fdopen(fd, "w") as f:
             json.dump(payload, f, indent=2, sort_keys=True, default=str)
             f.flush()

@@ -2,31 +2,58 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-import json
 import logging
+import signal
 import time
 import traceback
+import warnings
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
-from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
+from pytorch_lightning.callbacks import LearningRateMonitor
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from .allocator import reuse_freed_memory
-from .callbacks import CheckpointOnPreemption
-from .errors import UserError
+from .callbacks import CheckpointOnPreemption, StopOnDivergence, stop_signal
+from .checkpoints import RunFolderCheckpoint, resume_step
+from .checks import check_config
+from .errors import Diverged, UserError
+from .lock import run_folder_lock
 from .loggers import ResumableCSVLogger
 from .module import attention_factory
-from .record import git_sha, package_versions, write_json_atomic
+from .record import RECORD_NAME, completed_record, new_record, now, write_json_atomic
 
 log = logging.getLogger(__name__)
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
+# Lightning messages that do not apply to these runs: resuming into a folder with checkpoints is the point;
+# the data position is restored by the DataModule (lra.data), which Lightning cannot see; a torch deprecation
+# inside Lightning itself
+NOISE = (r"Checkpoint directory .* exists and is not empty", r"You're resuming from a checkpoint that ended before",
+         r".*isinstance\(treespec, LeafSpec\)")
+
+
+class _NoLitLoggerTip(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in record.getMessage()
+
+
+for _name in ("pytorch_lightning.utilities.rank_zero", "lightning_fabric.utilities.rank_zero"):
+    logging.getLogger(_name).addFilter(_NoLitLoggerTip())
+
+
+@contextlib.contextmanager
+def without_noise() -> Iterator[None]:
+    with warnings.catch_warnings():
+        for pattern in NOISE:
+            warnings.filterwarnings("ignore", message=pattern)
+        yield
 
 
 def task_module(name: str):
@@ -37,6 +64,18 @@ def task_module(name: str):
     return importlib.import_module(f"lra.tasks.{name}")
 
 
+def trainer_args(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg['trainer']``; a run shorter than its validation interval validates once, at its last step."""
+    args = dict(cfg["trainer"])
+    every, steps = args.get("val_check_interval"), args.get("max_steps")
+    if (not args.get("fast_dev_run") and type(every) is int and type(steps) is int and 0 < steps < every):
+        log.warning("max_steps=%d ends before the first validation (every %d steps, task.eval_every): validating "
+                    "once, at step %d, so the run has a checkpoint to test. To shorten a run set task.max_steps "
+                    "and task.eval_every.", steps, every, steps)
+        args["val_check_interval"] = steps
+    return args
+
+
 def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """Train with checkpoints on validation accuracy, test the best checkpoint; return record fields."""
     pl.seed_everything(cfg["seed"], workers=True)
@@ -44,25 +83,29 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         reuse_freed_memory()
     tasks = task_module(cfg["task"]["name"])
     attention_factory(cfg, cfg["task"]["max_len"])  # a bad attention option fails before any data work
+    ckpt_dir = run_dir / "checkpoints"
+    resume = ckpt_dir / "last.ckpt"
+    resume = resume if resume.exists() and not cfg["trainer"].get("fast_dev_run") else None
+    start_step = resume_step(resume) if resume else 0  # a damaged last.ckpt is named before any work
     datamodule = tasks.DataModule(cfg)
     datamodule.prepare_data()
     datamodule.setup()
     model = tasks.LitModule(cfg, datamodule.vocab_size, datamodule.num_classes)
-    ckpt_dir = run_dir / "checkpoints"
-    checkpoint = ModelCheckpoint(dirpath=ckpt_dir, monitor="val/acc", mode="max", save_top_k=1,
-                                 filename="best-step{step}", auto_insert_metric_name=False)
+    checkpoint = RunFolderCheckpoint(dirpath=ckpt_dir, monitor="val/acc", mode="max", save_top_k=1,
+                                     filename="best-step{step}", auto_insert_metric_name=False)
     loggers = [TensorBoardLogger(run_dir, name="tensorboard", version=""),
-               ResumableCSVLogger(run_dir, name="csv", version="")]
-    resume = ckpt_dir / "last.ckpt"
-    callbacks = [checkpoint, LearningRateMonitor("step"), CheckpointOnPreemption(resume)]
+               ResumableCSVLogger(run_dir, name="csv", version="", resume_step=start_step)]
+    hint = (f"Lower task.optim.lr (now {cfg['task']['optim']['lr']:g}) or clip gradients "
+            f"(trainer.gradient_clip_val=1.0); last.ckpt holds the last validated state before it.")
+    callbacks = [checkpoint, LearningRateMonitor("step"), CheckpointOnPreemption(ckpt_dir / "last.ckpt"),
+                 StopOnDivergence(hint)]
     if cfg["checkpoint"]["save_last"]:  # Lightning's save_last only follows improvements; this is every validation
-        callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, filename=resume.stem, monitor=None, save_top_k=1,
-                                         enable_version_counter=False))
-    trainer = pl.Trainer(**cfg["trainer"], callbacks=callbacks, logger=loggers, default_root_dir=run_dir)
-    resume_path = str(resume) if resume.exists() and not trainer.fast_dev_run else None
-    if resume_path:
-        log.info("resuming from %s", resume_path)
-    trainer.fit(model, datamodule=datamodule, ckpt_path=resume_path, weights_only=True)
+        callbacks.append(RunFolderCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, save_top_k=1,
+                                             enable_version_counter=False))
+    trainer = pl.Trainer(**trainer_args(cfg), callbacks=callbacks, logger=loggers, default_root_dir=run_dir)
+    if resume:
+        log.info("resuming from %s (step %d)", resume, start_step)
+    trainer.fit(model, datamodule=datamodule, ckpt_path=str(resume) if resume else None, weights_only=True)
     # testing reloads the best checkpoint's progress counters: read them now
     fit_time, train_tokens, earlier = model.fit_seconds(), model.train_tokens, model.fit_seconds_before
     best = checkpoint.best_model_path or None
@@ -84,16 +127,7 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     }
 
 
-RUN_OUTPUTS = ("result.json", "checkpoints", "csv", "tensorboard")
-
-
-def completed_record(run_dir: Path) -> dict[str, Any] | None:
-    """The run folder's record when it says the run completed, else None."""
-    try:
-        record = json.loads((run_dir / "result.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) and record.get("status") == "completed" else None
+RUN_OUTPUTS = (RECORD_NAME, "checkpoints", "csv", "tensorboard")
 
 
 def set_aside(run_dir: Path) -> Path:
@@ -107,40 +141,58 @@ def set_aside(run_dir: Path) -> Path:
 
 
 def run(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """One run: the record is written atomically whether it completes or fails.
+    """One run: the record is written atomically whether it completes, fails, diverges or is interrupted.
 
+    The run holds ``<run_dir>/run.lock`` (rank zero): a second run started in the same folder stops at once.
     A run folder whose record says ``completed`` is left alone and its record returned with
     ``already_completed`` set; ``rerun=true`` moves its outputs aside and trains again.
     """
-    if (previous := completed_record(run_dir)) is not None:
-        if not cfg.get("rerun"):
-            return {**previous, "already_completed": True}
-        if rank_zero_only.rank == 0:
-            log.info("rerun=true: the completed run's outputs moved to %s", set_aside(run_dir))
-    record: dict[str, Any] = {
-        "task": cfg["task"]["name"], "attention": cfg["attention"]["name"], "seed": cfg["seed"],
-        "tag": cfg.get("tag"), "status": "failed", "error": None, "metrics": {}, "config": cfg,
-        "git_sha": git_sha(PROJECT_ROOT), "versions": package_versions(), "run_dir": str(run_dir),
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
+    run_dir = Path(run_dir)
+    lock = run_folder_lock(run_dir) if rank_zero_only.rank == 0 else contextlib.nullcontext()
+    with lock:
+        if (previous := completed_record(run_dir)) is not None:
+            if not cfg.get("rerun"):
+                return {**previous, "already_completed": True}
+            if rank_zero_only.rank == 0:
+                log.info("rerun=true: the completed run's outputs moved to %s", set_aside(run_dir))
+        return train_and_record(cfg, run_dir)
+
+
+def train_and_record(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """``fit_and_test`` with the record written in every outcome."""
+    record = new_record(cfg, run_dir)
     start = time.perf_counter()
     try:
-        record.update(fit_and_test(cfg, run_dir))
+        check_config(cfg)
+        with without_noise():
+            record.update(fit_and_test(cfg, run_dir))
         record["status"] = "completed"
     except UserError as err:
         record["error"] = str(err)
         raise
-    except SIGTERMException:
-        record["status"] = "interrupted"
-        record["error"] = "stopped by SIGTERM/SIGUSR1; last.ckpt saved: rerun the same command to resume"
+    except Diverged as err:
+        record["status"], record["error"] = "diverged", str(err)
         raise
+    except SIGTERMException as err:
+        record["status"] = "interrupted"
+        by = "Ctrl-C" if stop_signal(err) == signal.SIGINT else "SIGTERM/SIGUSR1"
+        record["error"] = f"stopped by {by}; last.ckpt saved: rerun the same command to resume"
+        raise
+    except (KeyboardInterrupt, SystemExit) as err:
+        if isinstance(err, SystemExit) and not isinstance(err.__context__, KeyboardInterrupt):
+            record["error"] = f"SystemExit: {err}\n{traceback.format_exc()}"
+            raise
+        # a second Ctrl-C (Lightning turns it into exit 1), or Ctrl-C outside training
+        record["status"] = "interrupted"
+        record["error"] = "stopped at once by Ctrl-C: rerun the same command to resume from the last validation"
+        raise KeyboardInterrupt from None
     except BaseException as err:
         record["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
         raise
     finally:
         # an interrupted-then-resumed run counts the training time of its earlier segments too
         record["wall_time_s"] = time.perf_counter() - start + record.get("earlier_segments_s", 0.0)
-        record["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        record["finished_at"] = now()
         if rank_zero_only.rank == 0:  # one record per run, also under DDP
-            write_json_atomic(run_dir / "result.json", record)
+            write_json_atomic(run_dir / RECORD_NAME, record)
     return record

@@ -8,6 +8,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+import lra.hydra_hooks  # noqa: F401  (registers the run-folder resolver that hydra.run.dir uses)
+
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
 TINY = ["task.data.generate.train=160", "task.data.generate.val=64", "task.data.generate.test=64",

@@ -5,16 +5,18 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from lra.callbacks import CheckpointOnPreemption
+from lra.callbacks import CheckpointOnPreemption, stop_signal
 from lra.sampling import EpochSampler
 from lra.train import run
 from tests.lra.conftest import ROOT, TINY, compose_config
@@ -99,6 +101,24 @@ def test_sigterm_saves_a_checkpoint_exits_cleanly_and_the_rerun_completes(tiny_d
     assert "resuming from" in resumed.stdout + resumed.stderr
     record = json.loads((tmp_path / "result.json").read_text())
     assert record["status"] == "completed" and record["steps"] == 120
+    printed = stopped.stdout + stopped.stderr + resumed.stdout + resumed.stderr
+    for noise in NOISE:  # Lightning's messages that do not apply to these runs
+        assert noise not in printed, noise
+    assert "record: " in (tmp_path / "run.log").read_text()  # run.log ends with the metrics line
+
+
+NOISE = ("litlogger", "LeafSpec", "`weights_only` was not set", "exists and is not empty", "not resumable")
+
+
+def test_ctrl_c_saves_a_checkpoint_prints_the_rerun_command_and_exits_130(tiny_data_dir, tmp_path):
+    stopped = start_and_stop_after_first_checkpoint(tmp_path, tiny_data_dir, signal.SIGINT)
+    assert stopped.returncode == 130, stopped.stderr[-2000:]
+    assert "interrupted by Ctrl-C" in stopped.stderr and "rerun the same command to resume" in stopped.stderr
+    assert f"python {ROOT / 'run.py'} attention=linear" in stopped.stderr and "Traceback" not in stopped.stderr
+    record = json.loads((tmp_path / "result.json").read_text())
+    assert record["status"] == "interrupted" and "Ctrl-C" in record["error"]
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert last["global_step"] > 0 and not (tmp_path / "run.lock").exists()
 
 
 LOG_EVERY = 2
@@ -116,24 +136,30 @@ def in_process_reference(tiny_data_dir, tmp_path_factory) -> dict:
     return run(in_process_config(tiny_data_dir), tmp_path_factory.mktemp("in_process_reference"))["metrics"]
 
 
-@pytest.mark.parametrize("hook, step", [("on_train_batch_start", 11), ("on_train_batch_start", 9),
-                                        ("on_validation_batch_start", 14)],
-                         ids=["mid-epoch", "last batch of an epoch", "inside validation"])
-def test_sigterm_at_any_point_then_rerun_gives_the_uninterrupted_result(hook, step, in_process_reference,
+@pytest.mark.parametrize("hook, step, signum", [("on_train_batch_start", 11, signal.SIGTERM),
+                                                ("on_train_batch_start", 9, signal.SIGTERM),
+                                                ("on_validation_batch_start", 14, signal.SIGTERM),
+                                                ("on_train_batch_start", 11, signal.SIGINT)],
+                         ids=["mid-epoch", "last batch of an epoch", "inside validation", "ctrl-c mid-epoch"])
+def test_sigterm_at_any_point_then_rerun_gives_the_uninterrupted_result(hook, step, signum, in_process_reference,
                                                                          tiny_data_dir, tmp_path, monkeypatch):
-    """SIGTERM sent to itself while step ``step`` trains (or validates), then the same run again."""
+    """SIGTERM (or Ctrl-C) sent to itself while step ``step`` trains (or validates), then the same run again."""
 
-    def send_sigterm(self, trainer, *args, **kwargs):
+    def send_signal(self, trainer, *args, **kwargs):
         if trainer.global_step == step and not getattr(self, "sent", False):
             self.sent = True
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signum)
 
-    cfg = in_process_config(tiny_data_dir)
+    cfg, handler = in_process_config(tiny_data_dir), signal.getsignal(signal.SIGINT)
     with monkeypatch.context() as patch:
-        patch.setattr(CheckpointOnPreemption, hook, send_sigterm, raising=False)
-        with pytest.raises(SIGTERMException):
+        patch.setattr(CheckpointOnPreemption, hook, send_signal, raising=False)
+        with pytest.raises(SIGTERMException) as stopped:
             run(cfg, tmp_path)
-    assert json.loads((tmp_path / "result.json").read_text())["status"] == "interrupted"
+    assert stop_signal(stopped.value) == signum
+    interrupted = json.loads((tmp_path / "result.json").read_text())
+    assert interrupted["status"] == "interrupted"
+    assert ("Ctrl-C" in interrupted["error"]) == (signum == signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) == handler  # restored after the run
     got = run(cfg, tmp_path)
     assert got["steps"] == 40
     with (tmp_path / "csv" / "metrics.csv").open(newline="") as file:  # the interrupted run's rows are kept
@@ -141,3 +167,28 @@ def test_sigterm_at_any_point_then_rerun_gives_the_uninterrupted_result(hook, st
     assert logged == list(range(LOG_EVERY - 1, 40, LOG_EVERY))  # Lightning logs after every LOG_EVERY steps
     for metric in ("val_acc", "test_acc", "test_loss"):
         assert got["metrics"][metric] == in_process_reference[metric], metric
+
+
+def test_a_moved_or_copied_run_folder_resumes_with_its_own_checkpoints(in_process_reference, tiny_data_dir,
+                                                                        tmp_path, monkeypatch):
+    """Interrupted after its last validation (step 35 of 40), the folder is copied (b) and moved (c): each
+    resumes exactly and tests its own best checkpoint with its recorded score."""
+
+    def send_sigterm(self, trainer, *args, **kwargs):
+        if trainer.global_step == 38 and not getattr(self, "sent", False):
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    cfg = in_process_config(tiny_data_dir)
+    with monkeypatch.context() as patch:
+        patch.setattr(CheckpointOnPreemption, "on_train_batch_start", send_sigterm, raising=False)
+        with pytest.raises(SIGTERMException):
+            run(cfg, tmp_path / "a")
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    (tmp_path / "a").rename(tmp_path / "c")
+    for folder in ("b", "c"):
+        got = run(cfg, tmp_path / folder)
+        assert Path(got["best_checkpoint"]).parent == tmp_path / folder / "checkpoints"
+        for metric in ("val_acc", "test_acc", "test_loss"):
+            assert got["metrics"][metric] == in_process_reference[metric], (folder, metric)
+    assert not (tmp_path / "a").exists()

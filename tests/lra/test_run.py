@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import attention_zoo
+from lra.errors import UserError
 from lra.train import run
 from tests.lra.conftest import ROOT, TINY, compose_config
 
@@ -51,7 +52,7 @@ def test_training_checkpoints_best_validation_and_tests_it(tiny_overrides, tmp_p
 
 def test_failed_run_leaves_a_failed_record(tiny_overrides, tmp_path):
     cfg = compose_config(["attention=softmax", "trainer=debug", "model.heads=3", *tiny_overrides])
-    with pytest.raises(ValueError, match="not divisible by 3 heads"):
+    with pytest.raises(UserError, match="not divisible by model.heads=3"):
         run(cfg, tmp_path)
     saved = json.loads((tmp_path / "result.json").read_text())
     assert saved["status"] == "failed" and "not divisible" in saved["error"]
@@ -62,12 +63,18 @@ def test_run_py_quick_command_and_two_job_multirun(tiny_data_dir, tmp_path):
     single = run_py("attention=llops", *common, f"hydra.run.dir={tmp_path / 'single'}", cwd=tmp_path)
     assert single.returncode == 0, single.stderr[-2000:]
     assert "test_acc=" in single.stdout and (tmp_path / "single" / "result.json").exists()
-    multi = run_py("-m", "attention=softmax,linear", *common, f"hydra.sweep.dir={tmp_path / 'sweep'}",
-                   cwd=tmp_path)
+    assert "litlogger" not in single.stdout + single.stderr and "LeafSpec" not in single.stdout + single.stderr
+    assert "test_acc=" in (tmp_path / "single" / "run.log").read_text()  # the metrics line and the record path
+    # steps fewer than the validation interval (250 in quick): each job validates at its end, the sweep exits 0
+    short = [c for c in common if c != "trainer=debug"] + ["++trainer.max_steps=2", "trainer.enable_progress_bar=false"]
+    multi = run_py("-m", "attention=softmax,linear", *short, f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
     assert multi.returncode == 0, multi.stderr[-2000:]
     records = sorted((tmp_path / "sweep").rglob("result.json"))
     assert [json.loads(p.read_text())["attention"] for p in records] == ["linear", "softmax"]
     assert all("seed0/quick" in str(p) for p in records)
+    assert all(json.loads(p.read_text())["metrics"]["val_acc"] is not None for p in records)
+    assert not (tmp_path / "sweep" / "multirun.yaml").exists()  # filed, so the next sweep cannot overwrite it
+    assert len(list((tmp_path / "sweep" / "multirun").glob("*.yaml"))) == 1
 
 
 @pytest.mark.parametrize("override,expected", [
@@ -80,6 +87,20 @@ def test_user_errors_are_one_clear_message(override, expected, tmp_path):
     assert result.returncode != 0
     assert expected in result.stderr + result.stdout
     assert "Traceback" not in result.stderr
+
+
+def test_run_py_refuses_a_typo_before_importing_torch(tmp_path):
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('torch was imported')\n")
+    env = {**os.environ, "PYTHONPATH": f"{fake.parent}{os.pathsep}{ROOT}", "HYDRA_FULL_ERROR": "0"}
+    for args, message in ((["+task.max_stepz=10"], "Valid keys under task"),
+                          (["model.dim=65"], "not divisible by model.heads=2"),
+                          (["hydra/launcher=slurm"], 'pip install -e ".[slurm]"')):
+        result = subprocess.run([sys.executable, str(ROOT / "run.py"), *args, f"hydra.run.dir={tmp_path / 'run'}"],
+                                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
+        assert "Traceback" not in result.stderr
 
 
 def test_corrupt_data_names_the_file_and_the_rebuild_command(tiny_data_dir, tmp_path):
@@ -103,7 +124,7 @@ def test_a_failing_sweep_job_is_recorded_and_does_not_stop_the_others(tiny_data_
     assert result.returncode == 0, result.stderr[-2000:]
     failed = json.loads((tmp_path / "job0" / "result.json").read_text())
     completed = json.loads((tmp_path / "job1" / "result.json").read_text())
-    assert failed["status"] == "failed" and "not divisible by 3 heads" in failed["error"]
+    assert failed["status"] == "failed" and "not divisible by model.heads=3" in failed["error"]
     assert completed["status"] == "completed"
 
 

@@ -1,0 +1,63 @@
+"""One run per folder: ``run.lock``, held with ``flock`` while a run trains and tests in that folder.
+
+The kernel drops the lock when its process ends, however it ends, so a lock file left by a killed run
+never blocks the rerun; the file only says who holds it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .errors import UserError
+
+LOCK_NAME = "run.lock"
+
+
+def holder(path: Path) -> str:
+    """Who the lock file says holds it, for the message."""
+    try:
+        info = json.loads(path.read_text())
+        return f"pid {info['pid']} on {info['host']}, started {info['started']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another process"
+
+
+def acquire(path: Path) -> int:
+    """An open descriptor of ``path`` holding its exclusive lock; UserError while another process holds it."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise UserError(f"{path.parent} is in use by another run ({holder(path)}): two runs in one folder would "
+                            f"both write its checkpoints and metrics.csv. Wait for that run to end (or stop it), "
+                            f"then rerun this command.") from None
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        os.close(fd)  # the holder removed the file as we opened it: lock the new one
+
+
+@contextlib.contextmanager
+def run_folder_lock(run_dir: Path) -> Iterator[None]:
+    """Hold ``<run_dir>/run.lock`` for the duration of the block."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / LOCK_NAME
+    fd = acquire(path)
+    try:
+        started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": started}).encode())
+        yield
+    finally:
+        path.unlink(missing_ok=True)  # before closing: a waiting process then locks a new file
+        os.close(fd)
