@@ -8,7 +8,8 @@ Writes under `--out`: `runs.csv` (long: one row per run x metric, with its statu
 against), `lra.csv` (wide: `<task>_{mean,std,n}` in percent, then per published table `<task>_<reference>` and
 `<task>_delta_<reference>` = ours − published), `lra.md` (best per column in bold, published columns and deltas
 beside ours, runs not averaged with the reason: failed, duplicate, config drift, ...), `lra.tex` (booktabs, one
-table per tag) and PNG plots; prints the markdown. Nothing is written when no usable record is found.
+table per tag), PNG plots and, with `--html`, the leaderboard page `index.html` (+ `index_files/`, see
+`results.html`); prints the markdown. Nothing is written when no usable record is found.
 Analysis records (`kind: analysis`, from `lra.analyses`) become `<analysis>.{csv,md}` each.
 """
 
@@ -21,6 +22,7 @@ from pathlib import Path
 from results.analyses import find_analyses, write_analysis_tables
 from results.atomic import write_atomic
 from results.collect import collect
+from results.html import write_site
 from results.latex import to_latex
 from results.markdown import to_markdown
 from results.plots import write_plots
@@ -46,6 +48,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "all = every table in results/reference/ registered in results.summary.REFERENCES)")
     parser.add_argument("--published-rows", action="store_true",
                         help="also list published methods we have no run of")
+    parser.add_argument("--html", action="store_true",
+                        help="also write the leaderboard page: index.html and index_files/ (see results.html)")
     args = parser.parse_args(argv)
     if args.committed and (args.roots or args.out):
         parser.error("--committed reads results/runs and writes results/tables; give no RUN_ROOT or --out with it")
@@ -87,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     write_atomic(out / "lra.tex", to_latex(summary, references))
     plots = write_plots(summary, long, out)
     print(markdown, end="")
-    written = [out / "runs.csv", out / "lra.csv", out / "lra.md", out / "lra.tex", *plots]
+    site = write_site(out, summary, long, problems, frames, args.roots) if args.html else []
+    written = [out / "runs.csv", out / "lra.csv", out / "lra.md", out / "lra.tex", *plots, *site]
     print(f"wrote {', '.join(map(str, written))}", file=sys.stderr)
     return 0
 

@@ -1,0 +1,221 @@
+"""`python -m results --html`: the leaderboard page, a static `index.html` with its images in `index_files/`.
+
+Built from the same summary frame as `lra.md`: one section per tag and task with our mean ± std (n seeds), the
+published columns beside it exactly where the markdown has them (`shown_beside`; a delta only where the tag
+`follows` the table's protocol; values from `add_published`), the protocol the section follows, sortable columns,
+accuracy against throughput and against sequence length, one block per run (config, git sha, wall time,
+tokens/s, learning curve) and the analyses' tables with their figures. No server, no network: inline CSS and
+script, images beside the page; every text from a record is escaped.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from results.atomic import write_atomic
+from results.collect import CLASSIC_TASKS, Problem
+from results.html_runs import analyses_part, problems_list, read_configs, run_id, runs_part, short_id
+from results.html_template import Cell, esc, figure, inline, number, page, table, text
+from results.markdown import attention_order, format_cell, format_delta, reading_notes, shown_tasks, tag_notes
+from results.plots_extra import plot_accuracy_vs_length, plot_accuracy_vs_throughput, sequence_lengths
+from results.protocol import DEFAULT_TAG, FROM_CONF, MOST_COMMON, UNCHECKED, experiment_for, protocol_notes
+from results.summary import AVERAGE, MAJORITY, REFERENCES, add_published, best_flags, follows, shown_beside
+
+PAGE, IMAGES = "index.html", "index_files"
+OWN_IMAGE = re.compile(r"(run|throughput)-[0-9a-f]{12}\.png|length\.png|analysis-[A-Za-z0-9][A-Za-z0-9_.-]*\.png")
+CHECKED = {FROM_CONF: "checked against it", MOST_COMMON: "checked against the most common config among them",
+           UNCHECKED: "recording no config (not checked)"}
+
+
+def section_id(tag: str, task: str) -> str:
+    """The id of a (tag, task) section; its table's id is `table_id`."""
+    return short_id("sec", tag, task)
+
+
+def table_id(tag: str, task: str) -> str:
+    """The id of a (tag, task) table."""
+    return short_id("table", tag, task)
+
+
+def shown_references(tag: str, task: str, frames: dict[str, pd.DataFrame]) -> list[tuple[str, str, bool]]:
+    """(file stem, label, with a delta) of each published table shown beside this tag that reports this task."""
+    return [(stem, REFERENCES.get(stem, stem), follows(tag, frame)) for stem, frame in frames.items()
+            if shown_beside(tag, frame) and task in frame.columns]
+
+
+def protocol_html(tag: str, task: str, long: pd.DataFrame, frames: dict[str, pd.DataFrame],
+                  lengths: dict[tuple[str, str], float]) -> str:
+    """What a section's runs follow: the command and config, how they were checked, the sequence length and how
+    each published table beside them relates."""
+    if task == AVERAGE:
+        lines = [f"`{AVERAGE}`: the mean of this tag's {', '.join(CLASSIC_TASKS)} means, only when all five exist."]
+    else:
+        experiment = experiment_for(tag, task)
+        if experiment is None:
+            lines = [f"Protocol: no experiment config for tag `{tag}` in `conf/`."]
+        elif experiment == "":
+            lines = [f"Protocol: `python run.py task={task}` (the repo's defaults: the PyTorch-port protocol)."]
+        else:
+            lines = [f"Protocol: `python run.py task={task} experiment={experiment}`."]
+        runs = long[(long["task"] == task) & (long["status"] == "completed")].drop_duplicates("path")
+        counts = runs["protocol"].value_counts()
+        lines += [f"{count} completed run(s) {CHECKED.get(kind, f'checked against {kind}')}."
+                  for kind, count in counts.items()]
+        if (tag, task) in lengths:
+            lines.append(f"Sequence length (`task.max_len`): {lengths[(tag, task)]:g}.")
+    shown = shown_references(tag, task, frames)
+    lines += [f"{label}: same protocol, Δ = ours − published." if delta else
+              f"{label}: a protocol of its own, shown for context (no Δ)." for _, label, delta in shown]
+    if not shown:
+        lines.append("No published table is shown beside this tag's runs.")
+    return '<p class="protocol">' + " ".join(map(inline, lines)) + "</p>"
+
+
+def run_links(runs: pd.DataFrame) -> Cell:
+    """Links to the blocks of the runs a cell averages, by seed."""
+    links = [f'<a href="#{run_id(path)}">seed {esc(seed)}</a>' for seed, path in zip(runs["seed"], runs["path"])]
+    return Cell(" ".join(links), str(len(links)))
+
+
+def task_table(tag: str, task: str, wide: pd.DataFrame, best: pd.DataFrame, long: pd.DataFrame,
+               frames: dict[str, pd.DataFrame]) -> str:
+    """One (tag, task) table: our attentions with a value, in the markdown's row order; majority class below."""
+    references = {REFERENCES.get(stem, stem): frame for stem, frame in frames.items()}
+    ours = wide[(wide["attention"] != MAJORITY) & wide[f"{task}_mean"].notna()].set_index("attention")
+    shown = shown_references(tag, task, frames)
+    per_task = task != AVERAGE
+    header = [("attention", "text"), ("test accuracy (%)", "number")] + ([("seeds", "number")] if per_task else [])
+    for _, label, delta in shown:
+        header += [(f"{label} (published)", "number")] + ([(f"Δ {label}", "number")] if delta else [])
+    if per_task:
+        header += [("train tokens/s (mean)", "number"), ("parameters", "number"), ("runs", "number")]
+    done = long[(long["status"] == "completed") & (long["metric"] == "test_acc") & (long["task"] == task)]
+    rows = []
+    for attention in attention_order(ours.index, references):
+        row = ours.loc[attention]
+        mean, n = row[f"{task}_mean"], (row[f"{task}_n"] if per_task else None)
+        cells = [text(attention), number(format_cell(mean, row[f"{task}_std"], n), mean,
+                                         "best" if best.loc[attention, f"{task}_mean"] else "")]
+        if per_task:
+            cells.append(number(str(int(n)), n))
+        for stem, _, delta in shown:
+            published = row[f"{task}_{stem}"]
+            cells.append(number(format_cell(published), published))
+            if delta:
+                value = row[f"{task}_delta_{stem}"]
+                cells.append(number(format_delta(value), value, "up" if value > 0 else "down" if value < 0 else ""))
+        if per_task:
+            runs = done[done["attention"] == attention].sort_values(["seed", "path"])
+            speed, params = runs["tokens_per_s"].mean(), runs["params"].dropna().head(1).tolist() or [None]
+            cells += [number("" if pd.isna(speed) else f"{speed:,.0f}", speed),
+                      number("" if params[0] is None else f"{int(params[0]):,}", params[0]), run_links(runs)]
+        rows.append(cells)
+    foot = []
+    majority = wide[wide["attention"] == MAJORITY]
+    if not majority.empty and pd.notna(majority.iloc[0][f"{task}_mean"]):
+        value = majority.iloc[0][f"{task}_mean"]
+        foot.append([text("majority class"), number(format_cell(value), value)] + [Cell("")] * (len(header) - 2))
+    return table(table_id(tag, task), header, rows, foot)
+
+
+def tag_part(tag: str, summary: pd.DataFrame, wide: pd.DataFrame, long: pd.DataFrame, problems: list[Problem],
+             frames: dict[str, pd.DataFrame], lengths: dict, images: Path) -> tuple[str, list[Path], dict]:
+    """One tag: notes, throughput figure, a section per task shown in `lra.md`, the records not averaged.
+
+    Returns the HTML, the images written and {(tag, task): section id}.
+    """
+    mine, wide = summary[summary["tag"] == tag], wide[wide["tag"] == tag]
+    best = best_flags(mine).set_index(mine["attention"])
+    tasks = shown_tasks(mine) if not mine.empty else []
+    runs = long[long["tag"] == tag]
+    parts = [f'<h2 id="{short_id("tag", tag)}">tag <code>{esc(tag)}</code></h2>']
+    notes = (tag_notes(tag, mine) if not mine.empty else []) + protocol_notes(runs).get(tag, [])
+    missing = [note for note in notes if note.startswith("Missing for ")]
+    notes = [note for note in notes if note not in missing]
+    if notes:
+        parts.append('<ul class="notes">' + "".join(f"<li>{inline(note)}</li>" for note in notes) + "</ul>")
+    if missing:
+        parts.append(f'<details class="notes"><summary>Classic tasks not run ({len(missing)} attention(s))</summary>'
+                     "<ul>" + "".join(f"<li>{inline(note)}</li>" for note in missing) + "</ul></details>")
+    sections, written = {}, []
+    for task in tasks:
+        sections[(tag, task)] = section_id(tag, task)
+        parts += [f'<section id="{section_id(tag, task)}">', f"<h3>{esc(task)} <small>(tag {esc(tag)})</small></h3>",
+                  protocol_html(tag, task, runs, frames, lengths),
+                  task_table(tag, task, wide, best, runs, frames), "</section>"]
+    png = images / f"{short_id('throughput', tag)}.png"
+    if plot_accuracy_vs_throughput(runs, png):
+        written.append(png)
+        parts.append(figure(f"{IMAGES}/{png.name}", f"accuracy against throughput, tag {tag}",
+                            f"Tag `{tag}`: test accuracy of each completed run against its training tokens/s."))
+    skipped = [p for p in problems if p.tag == tag]
+    if skipped:
+        parts += [f"<h3>Not averaged ({len(skipped)})</h3>", problems_list(skipped, set(long["path"]))]
+    return "\n".join(parts), written, sections
+
+
+def navigation(tags: list[str], sections: dict, analyses: bool) -> str:
+    """Links to every tag, its task sections, the analyses and the runs."""
+    items = []
+    for tag in tags:
+        tasks = [f'<a href="#{sid}">{esc(task)}</a>' for (t, task), sid in sections.items() if t == tag]
+        items.append(f'<a href="#{short_id("tag", tag)}"><strong>{esc(tag)}</strong></a>: ' + " ".join(tasks))
+    extra = ['<a href="#length">accuracy vs length</a>'] + (['<a href="#analyses">analyses</a>'] if analyses else [])
+    return "<nav>" + " · ".join(items + extra + ['<a href="#runs">runs</a>']) + "</nav>"
+
+
+def write_site(out: str | Path, summary: pd.DataFrame, long: pd.DataFrame, problems: list[Problem],
+               frames: dict[str, pd.DataFrame], roots: list[str | Path]) -> list[Path]:
+    """Write `<out>/index.html` and its images (`<out>/index_files/`); return the paths written.
+
+    `frames` maps a published table's file stem to its `load_reference` frame (as `lra.csv`); `roots` are searched
+    for analysis records. Images of ours from an earlier page that this one no longer shows are removed.
+    """
+    out = Path(out)
+    images = out / IMAGES
+    images.mkdir(parents=True, exist_ok=True)
+    configs = read_configs(long)
+    wide = add_published(summary, frames)
+    lengths = sequence_lengths(long, configs)
+    found = set(summary["tag"]) | {p.tag for p in problems if p.tag is not None}
+    tags = sorted(found, key=lambda tag: (tag != DEFAULT_TAG, tag))
+    references = {REFERENCES.get(stem, stem): frame for stem, frame in frames.items()}
+    body, written, sections = [], [], {}
+    for tag in tags:
+        html, pngs, ids = tag_part(tag, summary, wide, long, problems, frames, lengths, images)
+        body.append(html)
+        written += pngs
+        sections.update(ids)
+    body.append('<h2 id="length">Accuracy against sequence length</h2>')
+    if plot_accuracy_vs_length(summary, lengths, images / "length.png"):
+        written.append(images / "length.png")
+        body.append(figure(f"{IMAGES}/length.png", "accuracy against sequence length",
+                           "Mean test accuracy per attention at each tag's sequence length (quick vs full protocol)."))
+    else:
+        body.append('<p class="notes">No task has runs at two sequence lengths yet.</p>')
+    analyses, copied = analyses_part(roots, out, images)
+    body.append(analyses)
+    written += copied
+    runs, curves = runs_part(long, configs, images, sections)
+    body += [f'<h2 id="runs">Runs ({long["path"].nunique()})</h2>', runs]
+    written += curves
+    unreadable = [p for p in problems if p.tag is None]
+    if unreadable:
+        body += [f"<h2>Unreadable records ({len(unreadable)})</h2>", problems_list(unreadable, set())]
+    head = ['<h1>Long Range Arena leaderboard</h1>',
+            f'<p>Test accuracy (%) from {long["path"].nunique()} run record(s) under '
+            f'{", ".join(f"<code>{esc(root)}</code>" for root in roots)}, written by <code>python -m results --html'
+            '</code> from the same summary as <code>lra.md</code>. Click a column header to sort it (numbers: '
+            'highest first, again to reverse; blanks always last); a row\'s seeds link to its runs.</p>',
+            '<details><summary>How to read the tables</summary><ul class="notes">'
+            + "".join(f"<li>{inline(line.removeprefix('- '))}</li>" for line in reading_notes(references).splitlines())
+            + "</ul></details>", navigation(tags, sections, bool(analyses))]
+    write_atomic(out / PAGE, page("Long Range Arena leaderboard", "\n".join(head + body)))
+    keep = {path.name for path in written}
+    for stale in images.iterdir():
+        if OWN_IMAGE.fullmatch(stale.name) and stale.name not in keep:
+            stale.unlink()
+    return [out / PAGE, *written]
