@@ -1,0 +1,172 @@
+"""Whole-run estimate of full-protocol ListOps: ``python -m benchmarks.run_estimate [--attentions ...]``.
+
+estimate = max_steps x step time + (max_steps // eval_every) x validation time + test time, for the run
+``python run.py task=listops attention=<a>`` (``conf/task/listops.yaml``: 5,000 steps of batch 32, a
+validation every 50 steps over the 2,000 validation trees, then one test pass over the 2,000 test trees).
+
+* step: median of ``--steps`` Lightning training steps (after ``--warmup``) on the task's own training
+  batches (epoch 0's order, padded to their longest sequence), loading included, as ``lra.bench_loading``;
+* validation and test: a Lightning ``validate`` pass (``torch.inference_mode``) over every ``--every``-th
+  evaluation batch of the split, each batch as the run serves it (longest first: ``eval_order``), timed
+  from the previous batch's end and scaled by (all batches / timed batches). The middle batch of each group
+  of ``--every`` is taken, so the sample spans the lengths of the whole pass.
+
+Each time is taken twice: wall time, and the CPU time of this process (all its threads). On a machine
+shared with other jobs the wall time grows with their load; the CPU time of a one-thread measurement
+(``OMP_NUM_THREADS=1``) stays close to what that thread would take alone. Checkpointing and logging are
+left out (small). Prints minutes per attention and the ratio to ``--target-min`` (60: the target for
+llops, issue 14) for both clocks, and writes ``run_estimate.csv``. A benchmark, not a test: hydra
+overrides after the options apply to every attention.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+
+from lra.allocator import reuse_freed_memory
+from lra.bench_loading import compose_config
+from lra.errors import UserError
+from lra.train import task_module
+
+ATTENTIONS = ["softmax", "linear", "llops"]
+
+
+class Clock(pl.Callback):
+    """Wall and CPU seconds (this process, all threads) of each training step or evaluation batch, from the
+    previous one's end (or the pass's start), so loading is included; ``skip`` first training steps untimed."""
+
+    def __init__(self, skip: int = 0):
+        self.skip, self.wall, self.cpu = skip, [], []
+        self._last: tuple[float, float] | None = None
+
+    @staticmethod
+    def now() -> tuple[float, float]:
+        return time.perf_counter(), time.process_time()
+
+    def _lap(self, timed: bool) -> None:
+        now = self.now()
+        if timed and self._last is not None:
+            self.wall.append(now[0] - self._last[0])
+            self.cpu.append(now[1] - self._last[1])
+        self._last = now
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._lap(batch_idx >= self.skip)
+
+    def on_validation_epoch_start(self, trainer, pl_module) -> None:
+        self._last = self.now()
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._lap(True)
+
+
+def sample_batches(order: list[int], batch_size: int, every: int) -> tuple[list[int], int, int]:
+    """The examples of every ``every``-th batch of ``order`` (the middle one of each group), in order, with
+    the number of batches taken and the number the whole pass has."""
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    picked = batches[every // 2::every] or batches[:1]  # a partial last batch stays last: batches stay whole
+    return [i for batch in picked for i in batch], len(picked), len(batches)
+
+
+def trainer_kwargs(cfg: dict) -> dict:
+    return dict(accelerator="cpu", devices=1, precision=cfg["trainer"]["precision"], logger=False,
+                gradient_clip_val=cfg["trainer"].get("gradient_clip_val"), enable_checkpointing=False,
+                enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+
+
+def step_seconds(cfg: dict, datamodule, model, steps: int, warmup: int) -> tuple[float, float]:
+    """Median wall and CPU seconds of a training step on the run's own batches (after ``warmup`` steps)."""
+    clock = Clock(skip=warmup)
+    trainer = pl.Trainer(**trainer_kwargs(cfg), max_steps=warmup + steps, limit_val_batches=0, callbacks=[clock])
+    trainer.fit(model, train_dataloaders=datamodule.train_dataloader())
+    return statistics.median(clock.wall), statistics.median(clock.cpu)
+
+
+def pass_seconds(cfg: dict, datamodule, model, split: str, every: int) -> tuple[float, float, int, int]:
+    """Estimated wall and CPU seconds of one evaluation pass over ``split``, the batches timed and all."""
+    batch_size = int(cfg["task"]["data"].get("eval_batch_size") or cfg["task"]["batch_size"])
+    indices, timed, total = sample_batches(datamodule.eval_order(split), batch_size, every)
+    clock = Clock()
+    trainer = pl.Trainer(**trainer_kwargs(cfg), inference_mode=True, callbacks=[clock])
+    trainer.validate(model, dataloaders=datamodule._loader(split, indices), verbose=False)
+    return sum(clock.wall) * total / timed, sum(clock.cpu) * total / timed, timed, total
+
+
+def estimate(attention: str, args) -> dict:
+    cfg = compose_config(["task=listops", f"attention={attention}", *args.overrides], default_experiment=None)
+    if cfg.get("reuse_freed_memory", True):
+        reuse_freed_memory()  # as run.py
+    pl.seed_everything(cfg["seed"], verbose=False)
+    tasks = task_module(cfg["task"]["name"])
+    datamodule = tasks.DataModule(cfg)
+    datamodule.prepare_data()
+    datamodule.setup()
+    model = tasks.LitModule(cfg, datamodule.vocab_size, datamodule.num_classes)
+    step, step_cpu = step_seconds(cfg, datamodule, model, args.steps, args.warmup)
+    val, val_cpu, val_timed, val_batches = pass_seconds(cfg, datamodule, model, "val", args.every)
+    test, test_cpu, test_timed, test_batches = pass_seconds(cfg, datamodule, model, "test", args.every)
+    steps, every = int(cfg["task"]["max_steps"]), int(cfg["task"]["eval_every"])
+    validations = steps // every
+    row = {"attention": attention, "steps": steps, "validations": validations, "val_batches": val_batches,
+           "val_timed": val_timed, "test_batches": test_batches, "test_timed": test_timed,
+           "threads": torch.get_num_threads()}
+    for clock, (s, v, t) in (("", (step, val, test)), ("cpu_", (step_cpu, val_cpu, test_cpu))):
+        total = steps * s + validations * v + t
+        row.update({f"{clock}step_s": s, f"{clock}val_pass_s": v, f"{clock}test_pass_s": t,
+                    f"{clock}train_min": steps * s / 60, f"{clock}validation_min": validations * v / 60,
+                    f"{clock}test_min": t / 60, f"{clock}total_min": total / 60,
+                    f"{clock}ratio_to_target": total / 60 / args.target_min})
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    import pandas as pd
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run_estimate", description=__doc__.splitlines()[0])
+    parser.add_argument("--attentions", nargs="+", default=ATTENTIONS)
+    parser.add_argument("--steps", type=int, default=3, help="timed training steps (median)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed first steps (at least 1)")
+    parser.add_argument("--every", type=int, default=8, help="time every N-th evaluation batch (1: all)")
+    parser.add_argument("--target-min", type=float, default=60.0, help="minutes the ratio is taken to")
+    parser.add_argument("--out", default="results/tables/bench")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. data_dir=... or task.max_steps=...")
+    args = parser.parse_args(argv)
+    if args.warmup < 1 or args.steps < 1 or args.every < 1:
+        parser.error("--warmup, --steps and --every must be at least 1 (the first step is never timed)")
+    for name in ("pytorch_lightning", "lightning_fabric", "lightning.pytorch"):
+        logging.getLogger(name).setLevel(logging.WARNING)  # three Trainers per attention
+    warnings.filterwarnings("ignore", message=r".*(no `val_dataloader`|isinstance\(treespec)")
+    rows = []
+    try:
+        for attention in args.attentions:
+            rows.append(estimate(attention, args))
+            r = rows[-1]
+            print(f"{attention:>8}: step {r['step_s']:.3f} s (CPU {r['cpu_step_s']:.3f} s), validation "
+                  f"{r['val_pass_s']:.1f} s ({r['val_timed']} of {r['val_batches']} batches timed), test "
+                  f"{r['test_pass_s']:.1f} s: {r['total_min']:.1f} min (CPU time {r['cpu_total_min']:.1f} min), "
+                  f"{r['cpu_ratio_to_target']:.2f}x the {args.target_min:g}-minute target in CPU time", flush=True)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    frame = pd.DataFrame(rows)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(out / "run_estimate.csv", index=False)
+    columns = ["attention", "step_s", "val_pass_s", "test_pass_s", "total_min", "ratio_to_target", "cpu_step_s",
+               "cpu_val_pass_s", "cpu_test_pass_s", "cpu_total_min", "cpu_ratio_to_target"]
+    print(frame[columns].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    print(f"wrote {out / 'run_estimate.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
