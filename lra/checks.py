@@ -47,6 +47,15 @@ def check_model(model: dict[str, Any]) -> None:
     dropout = model.get("dropout")
     if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
         raise UserError(f"model.dropout={dropout!r}: must be a number in [0, 1)")
+    qkv_dim = model.get("qkv_dim")
+    if qkv_dim is not None and (isinstance(qkv_dim, bool) or not isinstance(qkv_dim, int) or qkv_dim < 1
+                                or qkv_dim % heads):
+        raise UserError(f"model.qkv_dim={qkv_dim!r}: must be null (= model.dim) or a positive multiple of "
+                        f"model.heads={heads}")
+    attention_dropout = model.get("attention_dropout", 0.0)
+    if isinstance(attention_dropout, bool) or not isinstance(attention_dropout, (int, float)) \
+            or not 0.0 <= attention_dropout < 1.0:
+        raise UserError(f"model.attention_dropout={attention_dropout!r}: must be a number in [0, 1)")
     if model.get("pooling") not in POOLINGS:
         raise UserError(f"model.pooling={model.get('pooling')!r}: must be one of {', '.join(POOLINGS)}")
 

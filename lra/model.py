@@ -20,30 +20,32 @@ from .dropout import Dropout
 class AttentionBlock(nn.Module):
     """Pre-norm self-attention: ``x + dropout(W_o attention(W_q x, W_k x, W_v x, **extras))``.
 
+    q, k and v are ``qkv_dim`` wide (default ``dim``; LRA's JAX configs set it apart), split into heads.
     ``extras`` are the mechanism's declared extra projections of the normalised input
     (``attention_zoo.extra_inputs``, e.g. PolaFormer's gate): the input projection is widened by one
-    ``dim``-sized slice per name, and each slice reaches the attention as that keyword, in head layout.
+    ``qkv_dim``-sized slice per name, and each slice reaches the attention as that keyword, in head layout.
     """
 
-    def __init__(self, dim: int, num_heads: int, attention: nn.Module, dropout: float):
+    def __init__(self, dim: int, num_heads: int, attention: nn.Module, dropout: float, qkv_dim: int | None = None):
         super().__init__()
-        if dim % num_heads:
-            raise ValueError(f"model width {dim} is not divisible by {num_heads} heads")
+        self.inner = qkv_dim or dim
+        if self.inner % num_heads:
+            raise ValueError(f"q/k/v width {self.inner} is not divisible by {num_heads} heads")
         self.num_heads = num_heads
         self.norm = nn.LayerNorm(dim)
         self.num_inputs = 3 + len(extra_inputs(attention))
-        self.qkv = nn.Linear(dim, self.num_inputs * dim)
+        self.qkv = nn.Linear(dim, self.num_inputs * self.inner)
         self.attention = attention
-        self.out = nn.Linear(dim, dim)
+        self.out = nn.Linear(self.inner, dim)
         self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
-        b, n, d = x.shape
-        parts = self.qkv(self.norm(x)).view(b, n, self.num_inputs, self.num_heads, d // self.num_heads)
+        b, n, _ = x.shape
+        parts = self.qkv(self.norm(x)).view(b, n, self.num_inputs, self.num_heads, self.inner // self.num_heads)
         q, k, v, *rest = parts.permute(2, 0, 3, 1, 4)  # each (B, H, N, head_dim)
         extras = dict(zip(extra_inputs(self.attention), rest))
         y = self.attention(q, k, v, key_padding_mask=mask, **extras)  # (B, H, N, head_dim)
-        y = y.transpose(1, 2).reshape(b, n, d)
+        y = y.transpose(1, 2).reshape(b, n, self.inner)
         return x + self.dropout(self.out(y))
 
 
@@ -75,7 +77,7 @@ class Encoder(nn.Module):
 
     def __init__(self, *, vocab_size: int, max_len: int, dim: int, depth: int, num_heads: int,
                  ffn_dim: int, dropout: float, make_attention: Callable[[int], nn.Module],
-                 pooling: str = "mean"):
+                 pooling: str = "mean", qkv_dim: int | None = None):
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
@@ -86,7 +88,7 @@ class Encoder(nn.Module):
         self.dropout = Dropout(dropout)
         self.blocks = nn.ModuleList()
         for layer in range(depth):
-            self.blocks.append(AttentionBlock(dim, num_heads, make_attention(layer), dropout))
+            self.blocks.append(AttentionBlock(dim, num_heads, make_attention(layer), dropout, qkv_dim))
             self.blocks.append(FeedForward(dim, ffn_dim, dropout))
         self.norm = nn.LayerNorm(dim)
 

@@ -24,22 +24,27 @@ def attention_factory(cfg: dict[str, Any], max_len: int):
 
     Mechanisms with a ``seed`` option (fixed random features) get a distinct seed per layer and per run
     seed, as PolySketchFormer folds the layer index into its sketch key. ``task.causal: true`` makes the
-    attention causal.
+    attention causal. ``model.attention_dropout`` (LRA's ``attention_dropout_rate``) goes to the mechanisms
+    that have attention weights to drop (a ``dropout`` option); the others have none and ignore it.
     """
     opts = dict(cfg["attention"])
     name = opts.pop("name")
     if cfg["task"].get("causal"):  # token-level tasks that predict from the past only (ar)
         opts["causal"] = True
     model = cfg["model"]
-    seeded = "seed" in attention_zoo.options(name) if name in attention_zoo.available() else False
+    known = name in attention_zoo.available()
+    if model.get("attention_dropout") and known and "dropout" in attention_zoo.options(name):
+        opts["dropout"] = float(model["attention_dropout"])
+    seeded = "seed" in attention_zoo.options(name) if known else False
     base_seed = int(opts.pop("seed", 0)) if seeded else 0
 
     def make(layer: int = 0) -> nn.Module:
         extra = {"seed": base_seed + 1000 * int(cfg.get("seed", 0)) + layer} if seeded else {}
-        return attention_zoo.build(name, head_dim=model["dim"] // model["heads"], num_heads=model["heads"],
+        head_dim = (model.get("qkv_dim") or model["dim"]) // model["heads"]
+        return attention_zoo.build(name, head_dim=head_dim, num_heads=model["heads"],
                                    max_len=max_len, **opts, **extra)
 
-    if name in attention_zoo.available():
+    if known:
         check_option_types(name, opts)
     try:
         make()
@@ -68,7 +73,8 @@ def build_encoder(cfg: dict[str, Any], vocab_size: int) -> Encoder:
     model, max_len = cfg["model"], cfg["task"]["max_len"]
     return Encoder(vocab_size=vocab_size, max_len=max_len, dim=model["dim"], depth=model["depth"],
                    num_heads=model["heads"], ffn_dim=model["ffn_dim"], dropout=model["dropout"],
-                   make_attention=attention_factory(cfg, max_len), pooling=model["pooling"])
+                   make_attention=attention_factory(cfg, max_len), pooling=model["pooling"],
+                   qkv_dim=model.get("qkv_dim"))
 
 
 class ClassificationModule(pl.LightningModule):

@@ -25,7 +25,7 @@ TRAINER_KEYS = ("max_steps", "precision", "gradient_clip_val", "gradient_clip_al
 IGNORED_LEAVES = ("root", "num_workers", "workers", "eval_batch_size")
 ABSENT = "<absent>"
 # settings added to conf/ after runs were recorded, with the value those older runs used implicitly
-IMPLICIT = {"task.optim.schedule": "linear"}
+IMPLICIT = {"task.optim.schedule": "linear", "model.attention_dropout": 0.0}
 SHOWN_DIFFERENCES = 6
 FROM_CONF, MOST_COMMON, UNCHECKED = "conf", "most common", "unchecked"
 
@@ -73,7 +73,7 @@ def protocol_view(config: dict) -> dict[str, object]:
     flat = pd.json_normalize(sections, sep=".").iloc[0].to_dict()
     view = {key: value for key, value in flat.items()
             if value is not None and key.rsplit(".", 1)[-1] not in IGNORED_LEAVES}
-    if view.get("task.optim.lr") is not None:  # a record with an optimiser section
+    if view:  # a record with protocol settings
         view = {**IMPLICIT, **view}
     return view
 
