@@ -8,6 +8,11 @@ O(n k d) time and memory. As an explicit ``n x n`` weight matrix: ``W = softmax(
 ``out = W V``. Defaults follow the PyTorch LRA port (mlpen/Nystromformer ``attention_linformer.py``):
 ``k = 256``, ``N(0, 0.02^2)`` initialisation, one matrix per head; that port also shares E = F
 (``share_kv=True`` here) and shares it across layers (not done here). Not causal.
+
+``dropout`` is LRA's attention dropout: ``lra_benchmarks/models/linformer/linformer_attention.py`` passes
+``attention_dropout_rate`` to flax's ``dot_product_attention`` on the projected keys, which drops the
+``n x k`` softmax weights ``softmax(Q (E K)^T / sqrt(d))`` in training; so do we (``local.attention_dropout``,
+each weight named by its query position and projection row). The PyTorch port has none.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from torch import Tensor, nn
 
 from ._blocks import real_tokens, refuse_causal, scaled_scores
 from .kernel import float32_region
+from .local import attention_dropout, check_dropout, dropout_seed
 from .registry import register
 
 
@@ -36,14 +42,18 @@ def naive_linformer(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | 
 
 @register("linformer")
 class LinformerAttention(nn.Module):
-    """Low-rank projected softmax attention; needs ``max_len`` (the projections span the length)."""
+    """Low-rank projected softmax attention; needs ``max_len`` (the projections span the length).
+
+    ``dropout``: attention dropout on the ``n x k`` weights in training (default 0: none), as
+    ``lra_benchmarks/models/linformer/linformer_attention.py`` applies ``attention_dropout_rate``.
+    """
 
     contract_options = {"proj_dim": 16}  # small, so contract tests see the structure
 
     supports_causal = False
 
     def __init__(self, *, num_heads: int, max_len: int | None, proj_dim: int = 256, share_kv: bool = False,
-                 causal: bool = False):
+                 dropout: float = 0.0, causal: bool = False):
         super().__init__()
         refuse_causal("linformer", causal)
         if max_len is None:
@@ -51,6 +61,7 @@ class LinformerAttention(nn.Module):
         if proj_dim < 1:
             raise ValueError(f"linformer proj_dim must be >= 1, got {proj_dim}")
         self.max_len, self.proj_dim, self.share_kv = max_len, proj_dim, share_kv
+        self.dropout = check_dropout("linformer", dropout)
         self.proj_k = nn.Parameter(torch.randn(num_heads, proj_dim, max_len) * 0.02)  # E: (H, k, max_len)
         self.proj_v = None if share_kv else nn.Parameter(torch.randn(num_heads, proj_dim, max_len) * 0.02)
 
@@ -70,7 +81,11 @@ class LinformerAttention(nn.Module):
             real = real_tokens(key_padding_mask, q)[:, None, :, None].float()
             keys = proj_k @ (k.float() * real)  # (B, H, k, D)
             values = proj_v @ (v.float() * real)
-            out = scaled_scores(q, keys).softmax(-1) @ values
+            probs = scaled_scores(q, keys).softmax(-1)  # (B, H, N, k)
+            if self.training and self.dropout > 0:
+                rows, cols = torch.arange(n, device=q.device)[:, None], torch.arange(self.proj_dim, device=q.device)
+                probs = attention_dropout(probs, self.dropout, dropout_seed(), rows, cols)
+            out = probs @ values
         return out.to(v.dtype)
 
     def naive(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:

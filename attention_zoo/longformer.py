@@ -11,6 +11,11 @@ LRA's JAX mask is 255 left + self + 256 right for window 512, and sets no global
 hence ``num_global = 0`` by default; set 1 to make the first (CLS) token global as in the paper.
 Fast form: query chunks of ``chunk_size`` rows against the ``chunk_size + 2w`` keys around them, plus
 ``g`` global key columns and ``g`` full global rows: O(n (c + 2w + g) d) time and O(n (c + 2w)) memory.
+
+``dropout`` is LRA's attention dropout: ``_get_attention_result`` in
+``lra_benchmarks/models/longformer/longformer_attention.py`` hands ``attention_dropout_rate`` to flax's
+``dot_product_attention`` for the sliding-window and the global attention, which drops the softmax
+weights in training; here the banded, global-column and global-row weights (``local.attention_dropout``).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from torch import Tensor, nn
 
 from ._blocks import explicit_attention, masked_softmax, pad_tokens, real_tokens, scaled_scores
 from .kernel import float32_region
+from .local import attention_dropout, check_dropout, dropout_seed
 from .registry import register
 
 
@@ -44,25 +50,31 @@ def _windows(x: Tensor, side: int, chunk: int, length: int) -> Tensor:
 
 @register("longformer")
 class LongformerAttention(nn.Module):
-    """Sliding-window attention with global tokens (see module docstring); chunked, O(n w) memory."""
+    """Sliding-window attention with global tokens (see module docstring); chunked, O(n w) memory.
+
+    ``dropout``: attention dropout on the weights in training (default 0: none), as
+    ``lra_benchmarks/models/longformer/longformer_attention.py`` applies ``attention_dropout_rate``.
+    """
 
     contract_options = {"window": 8, "chunk_size": 8}  # small, so contract tests see the structure
 
     supports_causal = True
 
-    def __init__(self, *, window: int = 512, num_global: int = 0, chunk_size: int = 64,
+    def __init__(self, *, window: int = 512, num_global: int = 0, chunk_size: int = 64, dropout: float = 0.0,
                  causal: bool = False):
         super().__init__()
         if window < 0 or num_global < 0 or chunk_size < 1:
             raise ValueError(f"longformer needs window >= 0, num_global >= 0, chunk_size >= 1; got "
                              f"window={window}, num_global={num_global}, chunk_size={chunk_size}")
         self.window, self.num_global, self.chunk_size, self.causal = window, num_global, chunk_size, causal
+        self.dropout = check_dropout("longformer", dropout)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         n, out_dtype = q.shape[-2], v.dtype
         side, chunk, g = self.window // 2, self.chunk_size, min(self.num_global, n)
         m = -(-n // chunk)
         real = real_tokens(key_padding_mask, q)
+        seed = dropout_seed() if self.training and self.dropout > 0 else None
         with float32_region(v):
             q, k, v = q.float(), k.float(), v.float()
             width = chunk + 2 * side
@@ -75,13 +87,24 @@ class LongformerAttention(nn.Module):
                 scores = torch.cat([scores, to_global], -1)  # (B, H, M, c, W + g)
                 allowed = torch.cat([allowed, self._to_global(real, m, g)], -1)
             probs = masked_softmax(scores, allowed[:, None])
+            if seed is not None:
+                probs = self._drop(probs, seed, m, g)
             out = probs[..., :width] @ values
             if g:
                 out = out + probs[..., width:] @ v[:, :, None, :g]
             out = out.flatten(2, 3)[:, :, :n]
             if g:
-                out = torch.cat([self._global_rows(q, k, v, real, g), out[:, :, g:]], dim=2)
+                out = torch.cat([self._global_rows(q, k, v, real, g, seed), out[:, :, g:]], dim=2)
         return out.to(out_dtype)
+
+    def _drop(self, probs: Tensor, seed: int, m: int, g: int) -> Tensor:
+        """Dropout of the chunked weights ``(B, H, M, c, W + g)``, named by query and key positions."""
+        side, chunk = self.window // 2, self.chunk_size
+        starts = torch.arange(m, device=probs.device)[:, None, None] * chunk  # (M, 1, 1)
+        query_pos = starts + torch.arange(chunk, device=probs.device)[:, None]  # (M, c, 1)
+        key_pos = starts + torch.arange(-side, chunk + side, device=probs.device)  # (M, 1, W)
+        key_pos = torch.cat([key_pos, torch.arange(g, device=probs.device).expand(m, 1, g)], -1)
+        return attention_dropout(probs, self.dropout, seed, query_pos, key_pos)
 
     def _band(self, real: Tensor, m: int, g: int) -> Tensor:
         """``(B, M, c, c + 2w)``: query row r of chunk t may see window column s (non-global keys only)."""
@@ -104,13 +127,16 @@ class LongformerAttention(nn.Module):
             allowed = allowed & (query_pos >= torch.arange(g, device=real.device))
         return allowed
 
-    def _global_rows(self, q: Tensor, k: Tensor, v: Tensor, real: Tensor, g: int) -> Tensor:
+    def _global_rows(self, q: Tensor, k: Tensor, v: Tensor, real: Tensor, g: int, seed: int | None) -> Tensor:
         """The first ``g`` queries attend to every (real, and when causal earlier) key: ``(B, H, g, D)``."""
         allowed = real[:, None, None, :]
+        pos = torch.arange(q.shape[-2], device=q.device)
         if self.causal:
-            pos = torch.arange(q.shape[-2], device=q.device)
             allowed = allowed & (pos[None, :] <= pos[:g, None])
-        return masked_softmax(scaled_scores(q[:, :, :g], k), allowed) @ v
+        probs = masked_softmax(scaled_scores(q[:, :, :g], k), allowed)
+        if seed is not None:
+            probs = attention_dropout(probs, self.dropout, seed, pos[:g, None], pos[None, :])
+        return probs @ v
 
     def naive(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """The quadratic oracle with this module's options."""

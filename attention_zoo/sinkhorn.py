@@ -20,6 +20,12 @@ softmaxes, and defaults to a plain softmax sort; we follow the paper: contiguous
 balancing, and one softmax over the local and the sorted block as in lucidrains/sinkhorn-transformer
 (temperature 0.75, 7 iterations there). No Gumbel noise: evaluation and training are deterministic.
 O(n b d + M^2 (d + b d)). Not causal.
+
+``dropout`` is LRA's attention dropout: ``local_dot_product_attention`` in
+``lra_benchmarks/models/sinkhorn_transformer/sinkhorn_attention.py`` drops the weights of both its local
+and its sorted softmax (``attention_dropout_rate``) in training; here those of the joint softmax
+(``local.attention_dropout``; a weight is named by its query's position and its key's, sorted slot ``t``
+counting as key ``-1 - t``).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from torch import Tensor, nn
 
 from ._blocks import masked_softmax, pad_real, real_tokens, refuse_causal, scaled_scores, to_blocks
 from .kernel import float32_region
+from .local import attention_dropout, check_dropout, dropout_seed
 from .registry import register
 
 SINKHORN_CHECK_EVERY = 5
@@ -90,14 +97,19 @@ def naive_sinkhorn(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | N
 
 @register("sinkhorn")
 class SinkhornAttention(nn.Module):
-    """Local block plus Sinkhorn-sorted block attention; needs ``max_len`` (the sort net spans the blocks)."""
+    """Local block plus Sinkhorn-sorted block attention; needs ``max_len`` (the sort net spans the blocks).
+
+    ``dropout``: attention dropout on the local and sorted weights in training (default 0: none), as
+    ``lra_benchmarks/models/sinkhorn_transformer/sinkhorn_attention.py`` applies ``attention_dropout_rate``.
+    """
 
     contract_options = {"block_size": 8}  # small, so contract tests see the structure
 
     supports_causal = False
 
     def __init__(self, *, head_dim: int, max_len: int | None, block_size: int = 50, sinkhorn_iters: int = 100,
-                 sinkhorn_tol: float = 1e-3, temperature: float = 0.75, causal: bool = False):
+                 sinkhorn_tol: float = 1e-3, temperature: float = 0.75, dropout: float = 0.0,
+                 causal: bool = False):
         super().__init__()
         refuse_causal("sinkhorn", causal)
         if max_len is None:
@@ -107,6 +119,7 @@ class SinkhornAttention(nn.Module):
                              f"sinkhorn_tol >= 0; got {block_size}, {sinkhorn_iters}, {temperature}, {sinkhorn_tol}")
         self.block_size, self.sinkhorn_iters, self.temperature = block_size, sinkhorn_iters, temperature
         self.sinkhorn_tol = sinkhorn_tol
+        self.dropout = check_dropout("sinkhorn", dropout)
         self.max_blocks = -(-max_len // block_size)
         d = head_dim
         self.w1 = nn.Parameter(torch.randn(d, d) / d**0.5)
@@ -139,7 +152,13 @@ class SinkhornAttention(nn.Module):
             real_b = pad_real(real, m * size).view(b, m, size)
             allowed = torch.cat([real_b, real_b.any(1, keepdim=True).expand(-1, m, -1)], -1)  # (B, M, 2b)
             scores = (qb @ keys.transpose(-1, -2)) * d**-0.5
-            out = masked_softmax(scores, allowed[:, None, :, None, :]) @ values
+            probs = masked_softmax(scores, allowed[:, None, :, None, :])  # (B, H, M, b, 2b)
+            if self.training and self.dropout > 0:
+                pos = torch.arange(m * size, device=q.device).view(m, 1, size)
+                slots = torch.arange(-1, -1 - size, -1, device=q.device).expand(m, 1, size)
+                keys_pos = torch.cat([pos, slots], -1)  # (M, 1, 2b): own block's keys, then sorted slots
+                probs = attention_dropout(probs, self.dropout, dropout_seed(), pos.transpose(-1, -2), keys_pos)
+            out = probs @ values
         return out.flatten(2, 3)[:, :, :n].to(v.dtype)
 
     def naive(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:

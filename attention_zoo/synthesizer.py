@@ -10,6 +10,10 @@ k (LRA ``ignore_dot_product=True``, default ``synthesizer_mode='factorized_rando
 inputs get a zero gradient. O(n^2 d): the weights are dense; the fast form builds them ``chunk_size``
 query rows at a time (memory O(chunk_size n)) and only up to the batch's last real token (queries past
 it are pads in every sequence and get zeros). Initialisation gives logits of unit scale.
+
+``dropout`` is LRA's attention dropout: ``synthetic_attention`` in
+``lra_benchmarks/models/synthesizer/synthesizer_attention.py`` drops the softmax of the synthetic weights
+(``attention_dropout_rate``) in training; so do we (``local.attention_dropout``, by query and key position).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from torch import Tensor, nn
 
 from ._blocks import explicit_attention, keep_in_graph, pad_tokens, real_lengths, real_tokens
 from .kernel import float32_region
+from .local import attention_dropout, check_dropout, dropout_seed
 from .registry import register
 
 VARIANTS = ("dense", "factorized_random")
@@ -36,13 +41,17 @@ def naive_synthesizer(logits: Tensor, v: Tensor, key_padding_mask: Tensor | None
 
 @register("synthesizer")
 class SynthesizerAttention(nn.Module):
-    """Dense or factorized-random synthetic attention weights; needs ``max_len``."""
+    """Dense or factorized-random synthetic attention weights; needs ``max_len``.
+
+    ``dropout``: attention dropout on the synthetic weights in training (default 0: none), as
+    ``lra_benchmarks/models/synthesizer/synthesizer_attention.py`` applies ``attention_dropout_rate``.
+    """
 
     supports_causal = True
 
     def __init__(self, *, head_dim: int, num_heads: int, max_len: int | None,
                  variant: str = "factorized_random", rank: int = 32, chunk_size: int = 256,
-                 causal: bool = False):
+                 dropout: float = 0.0, causal: bool = False):
         super().__init__()
         if variant not in VARIANTS:
             raise ValueError(f"synthesizer variant must be one of {', '.join(VARIANTS)}; got {variant!r}")
@@ -51,6 +60,7 @@ class SynthesizerAttention(nn.Module):
         if rank < 1 or chunk_size < 1:
             raise ValueError(f"synthesizer needs rank >= 1 and chunk_size >= 1, got {rank}, {chunk_size}")
         self.variant, self.max_len, self.chunk_size, self.causal = variant, max_len, chunk_size, causal
+        self.dropout = check_dropout("synthesizer", dropout)
         h, d = num_heads, head_dim
         if variant == "dense":
             self.w1 = nn.Parameter(torch.randn(h, d, d) / d**0.5)  # (H, d, d)
@@ -86,13 +96,18 @@ class SynthesizerAttention(nn.Module):
         self._check_length(n)
         real = real_tokens(key_padding_mask, q)
         length = max(int(real_lengths(real).max()), 1)  # later queries and keys are pads in every row
+        seed = dropout_seed() if self.training and self.dropout > 0 else None
+        pos = torch.arange(length, device=q.device)
         with float32_region(v):
             values = v[:, :, :length].float()
             outs = []
             for start in range(0, length, self.chunk_size):
                 rows = slice(start, min(start + self.chunk_size, length))
                 logits = self.logits(q, rows, length) + self._bias(real[:, :length], rows)
-                outs.append(logits.softmax(-1) @ values)
+                probs = logits.softmax(-1)  # (B, H, R, length)
+                if seed is not None:
+                    probs = attention_dropout(probs, self.dropout, seed, pos[rows, None], pos)
+                outs.append(probs @ values)
             out = pad_tokens(torch.cat(outs, dim=2), n)
         return keep_in_graph(out.to(v.dtype), q, k)
 
