@@ -20,9 +20,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ._attention_dropout import attention_dropout, check_dropout, dropout_seed
 from ._blocks import real_tokens, refuse_causal, scaled_scores
 from .kernel import float32_region
-from .local import attention_dropout, check_dropout, dropout_seed
 from .registry import register
 
 

@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ._attention_dropout import attention_dropout, check_dropout, dropout_seed
 from ._blocks import explicit_attention, masked_softmax, pad_tokens, real_tokens, scaled_scores
 from .kernel import float32_region
-from .local import attention_dropout, check_dropout, dropout_seed
 from .registry import register
 
 

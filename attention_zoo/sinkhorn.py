@@ -34,9 +34,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ._attention_dropout import attention_dropout, check_dropout, dropout_seed
 from ._blocks import masked_softmax, pad_real, real_tokens, refuse_causal, scaled_scores, to_blocks
 from .kernel import float32_region
-from .local import attention_dropout, check_dropout, dropout_seed
 from .registry import register
 
 SINKHORN_CHECK_EVERY = 5

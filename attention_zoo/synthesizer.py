@@ -21,9 +21,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ._attention_dropout import attention_dropout, check_dropout, dropout_seed
 from ._blocks import explicit_attention, keep_in_graph, pad_tokens, real_lengths, real_tokens
 from .kernel import float32_region
-from .local import attention_dropout, check_dropout, dropout_seed
 from .registry import register
 
 VARIANTS = ("dense", "factorized_random")

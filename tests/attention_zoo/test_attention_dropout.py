@@ -16,7 +16,7 @@ import torch
 import yaml
 
 import attention_zoo
-from attention_zoo.local import attention_dropout
+from attention_zoo._attention_dropout import attention_dropout
 from tests.conftest import assert_close
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "attention"
