@@ -41,7 +41,7 @@ def check_model(model: dict[str, Any]) -> None:
         _integer(model, "ffn_dim", 1)
     except UserError as err:
         raise UserError(f"model.{err}") from None
-    if dim % heads:
+    if dim % heads and model.get("qkv_dim") is None:  # with qkv_dim set, only q/k/v are split into heads
         raise UserError(f"model.dim={dim} is not divisible by model.heads={heads}: each head takes dim / heads "
                         f"channels; use a model.dim that is a multiple of {heads}")
     dropout = model.get("dropout")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import matplotlib
@@ -66,7 +67,8 @@ def write_plots(summary: pd.DataFrame, long: pd.DataFrame, out: Path) -> list[Pa
     ``lra_<tag>_curves.png`` for every tag; returns the paths."""
     paths = []
     for tag in sorted(summary["tag"].unique()):
-        accuracy, timing, curves = (out / f"lra_{tag}_{kind}.png" for kind in ("accuracy", "time", "curves"))
+        stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(tag)).strip(".")  # a record's tag never leaves --out
+        accuracy, timing, curves = (out / f"lra_{stem}_{kind}.png" for kind in ("accuracy", "time", "curves"))
         plot_accuracy(summary[summary["tag"] == tag], accuracy)
         plot_accuracy_vs_time(long[long["tag"] == tag], timing)
         paths += [accuracy, timing]

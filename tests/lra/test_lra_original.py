@@ -53,3 +53,12 @@ def test_a_qkv_width_the_heads_do_not_divide_is_refused():
     cfg = compose_config(["model.qkv_dim=30", "model.heads=4"])
     with pytest.raises(UserError, match="model.qkv_dim=30"):
         check_model(cfg["model"])
+
+
+def test_a_qkv_width_frees_the_model_width_from_the_head_count():
+    from lra.checks import check_model
+
+    cfg = compose_config(["model.dim=66", "model.heads=4", "model.qkv_dim=64"])
+    check_model(cfg["model"])
+    (block, _) = build_encoder(cfg, 20).blocks[:2]
+    assert block.qkv.out_features == 3 * 64 and block.out.out_features == 66

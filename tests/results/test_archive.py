@@ -55,3 +55,10 @@ def test_tables_list_each_full_protocol_run_with_time_and_throughput_and_plot_cu
     assert "41,234" in row and "37.00" in row and "abc123" in row
     assert (tmp_path / "tables" / "lra_default_curves.png").stat().st_size > 1000
     assert pd.read_csv(tmp_path / "tables" / "lra.csv")["listops_mean"].tolist()[0] == pytest.approx(37.0)
+
+
+def test_a_crafted_tag_cannot_write_plots_outside_the_output_folder(tmp_path):
+    write_record(tmp_path / "runs", "listops", "linear", 0, 0.30, tag="../../escaped")
+    assert main([str(tmp_path / "runs"), "--out", str(tmp_path / "out" / "tables")]) == 0
+    assert not list(tmp_path.glob("*.png")) and not list((tmp_path / "out").glob("*.png"))
+    assert list((tmp_path / "out" / "tables").glob("lra_*escaped_accuracy.png"))
