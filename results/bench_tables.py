@@ -1,0 +1,115 @@
+"""The benchmarks' committed CSVs as markdown: ``python -m results.bench_tables [--bench DIR] [--out FILE]``.
+
+The README's benchmark tables are copied from the file this writes (default
+``results/tables/bench/tables.md``), so every number there can be regenerated from
+``results/tables/bench/*.csv``; a CSV that is absent leaves its section out. Benchmarks measure;
+only this module formats.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from results.atomic import write_atomic
+from results.markdown import markdown_table
+
+BENCH_DIR = Path(__file__).resolve().parent / "tables" / "bench"
+
+
+def _num(value, digits: int = 1) -> str:
+    """"1,234.5"; NaN/None gives ""."""
+    return "" if pd.isna(value) else f"{value:,.{digits}f}"
+
+
+def kernel_table(frame: pd.DataFrame) -> str:
+    """``benchmarks.attention``: forward+backward ms per length (rows) and attention (columns)."""
+    wide = frame.pivot_table(index="length", columns="attention", values="fwd_bwd_s", aggfunc="first") * 1e3
+    names = list(dict.fromkeys(frame["attention"]))
+    rows = [[f"{n:,}", *(_num(wide.at[n, a]) for a in names)] for n in wide.index]
+    return markdown_table(["n", *names], rows)
+
+
+def step_table(frame: pd.DataFrame) -> str:
+    """``benchmarks.step``: training tokens/s (thousands) and the attention's share of the step."""
+    names = list(dict.fromkeys(frame["attention"]))
+    rows = []
+    for (task, length), part in frame.groupby(["task", "length"], sort=False):
+        cells = part.set_index("attention")
+        rows.append([f"{task} ({length:,})", *(f"{cells.at[a, 'tokens_per_s'] / 1e3:.1f} "
+                                                f"({cells.at[a, 'attention_share']:.0%})" for a in names)])
+    return markdown_table(["task (length)", *names], rows)
+
+
+def run_estimate_table(frame: pd.DataFrame) -> str:
+    """``benchmarks.run_estimate``: whole-run CPU-time estimate, one thread."""
+    rows = [[r.attention, _num(r.cpu_step_s, 2), _num(r.cpu_val_pass_s), _num(r.cpu_test_pass_s),
+             _num(r.cpu_train_min), _num(r.cpu_validation_min), _num(r.cpu_total_min, 0),
+             f"{r.cpu_ratio_to_target:.1f}x"] for r in frame.itertuples()]
+    return markdown_table(["attention", "step (s)", "validation pass (s)", "test pass (s)", "training (min)",
+                           "validations (min)", "total (min)", "total / 60 min"], rows)
+
+
+def port_table(frame: pd.DataFrame) -> str:
+    """``benchmarks.port_step``: CPU seconds of one training step, ours beside the PyTorch port's."""
+    rows = [[r.mechanism, r.ours if pd.isna(r.our_options) else f"{r.ours}: {r.our_options}",
+             _num(r.cpu_port_ms / 1e3, 2), _num(r.cpu_ours_ms / 1e3, 2), _num(r.cpu_ours_over_port, 2),
+             _num(r.ours_over_port, 2)] for r in frame.itertuples()]
+    return markdown_table(["mechanism", "ours at", "port (s)", "ours (s)", "ours / port (CPU)",
+                           "ours / port (wall)"], rows)
+
+
+def memory_table(frame: pd.DataFrame) -> str:
+    """``benchmarks.step_memory``: resident memory of a training step, and the peak at the judged batch."""
+    rows = []
+    for r in frame.itertuples():
+        if r.status != "ok":
+            rows.append([r.task, r.attention, "", "", "", "", f"no ({r.status})"])
+            continue
+        at = f"{r.peak_at_fit_mb / 1024:.2f}" + (" (scaled)" if r.extrapolated else "")
+        rows.append([r.task, r.attention, str(int(r.batch)), _num(r.rss_before_mb, 0), _num(r.step_peak_mb, 0), at,
+                     "yes" if r.fits else "no"])
+    batch = int(frame["fit_batch"].iloc[0])
+    return markdown_table(["task", "attention", "batch", "before step (MiB)", "step (MiB)",
+                           f"peak at batch {batch} (GiB)", "fits"], rows)
+
+
+SECTIONS: list[tuple[str, str, Callable[[pd.DataFrame], str]]] = [
+    ("bench_cpu.csv", "Attention forward+backward (ms), default allocator", kernel_table),
+    ("bench_cpu_reuse.csv", "Attention forward+backward (ms), glibc reuses freed memory", kernel_table),
+    ("fig2_reuse.csv", "LLoPS paper Fig. 2 setting (ms)", kernel_table),
+    ("step_cpu.csv", "Training step: tokens/s, thousands (attention's share)", step_table),
+    ("run_estimate.csv", "Full-protocol ListOps, whole-run estimate (one thread, CPU time)", run_estimate_table),
+    ("port_step.csv", "One ListOps training step beside the PyTorch LRA port", port_table),
+    ("step_memory.csv", "Resident memory of a training step", memory_table),
+]
+
+
+def render(bench: Path) -> str:
+    """Every section whose CSV exists under ``bench``, in the README's order."""
+    parts = ["# Benchmark tables", "", f"Rendered by `python -m results.bench_tables` from `{bench.name}/*.csv`.", ""]
+    for name, title, table in SECTIONS:
+        path = bench / name
+        if path.exists():
+            parts += [f"## {title} (`{name}`)", "", table(pd.read_csv(path)), ""]
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m results.bench_tables", description=__doc__.splitlines()[0])
+    parser.add_argument("--bench", type=Path, default=BENCH_DIR, help="folder of the benchmarks' CSVs")
+    parser.add_argument("--out", type=Path, default=None, help="markdown file (default: BENCH/tables.md)")
+    args = parser.parse_args(argv)
+    if not any((args.bench / name).exists() for name, _, _ in SECTIONS):
+        parser.error(f"no benchmark CSV in {args.bench}; run a benchmark first (see the README's Benchmarks)")
+    out = args.out or args.bench / "tables.md"
+    write_atomic(out, render(args.bench))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
