@@ -13,9 +13,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep
 
 from .registry import available, build, extra_inputs, get, options, register
 
-_INFRASTRUCTURE = {"registry", "kernel", "bench", "bench_parity"}
 for _info in pkgutil.iter_modules(__path__):
-    if not _info.name.startswith("_") and _info.name not in _INFRASTRUCTURE:
+    if not _info.name.startswith("_"):
         importlib.import_module(f"{__name__}.{_info.name}")
 
 __all__ = ["available", "build", "extra_inputs", "get", "options", "register"]

@@ -37,8 +37,8 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from attention_zoo import extra_inputs
+from benchmarks.loading import compose_config
 from lra.allocator import reuse_freed_memory
-from lra.bench_loading import compose_config
 from lra.model import AttentionBlock
 from lra.tasks.listops import LitModule
 

@@ -5,7 +5,7 @@ estimate = max_steps x step time + (max_steps // eval_every) x validation time +
 validation every 50 steps over the 2,000 validation trees, then one test pass over the 2,000 test trees).
 
 * step: median of ``--steps`` Lightning training steps (after ``--warmup``) on the task's own training
-  batches (epoch 0's order, padded to their longest sequence), loading included, as ``lra.bench_loading``;
+  batches (epoch 0's order, padded to their longest sequence), loading included, as ``benchmarks.loading``;
 * validation and test: a Lightning ``validate`` pass (``torch.inference_mode``) over every ``--every``-th
   evaluation batch of the split, each batch as the run serves it (longest first: ``eval_order``), timed
   from the previous batch's end and scaled by (all batches / timed batches). The middle batch of each group
@@ -32,8 +32,8 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
+from benchmarks.loading import compose_config
 from lra.allocator import reuse_freed_memory
-from lra.bench_loading import compose_config
 from lra.errors import UserError
 from lra.train import task_module
 

@@ -10,7 +10,7 @@ against), `lra.csv` (wide: `<task>_{mean,std,n}` in percent, then per published 
 beside ours, runs not averaged with the reason: failed, duplicate, config drift, ...), `lra.tex` (booktabs, one
 table per tag), PNG plots and, with `--html`, the leaderboard page `index.html` (+ `index_files/`, see
 `results.html`); prints the markdown. Nothing is written when no usable record is found.
-Analysis records (`kind: analysis`, from `lra.analyses`) become `<analysis>.{csv,md}` each.
+Analysis records (`kind: analysis`, from `analyses`) become `<analysis>.{csv,md}` each.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from results.collect import collect
 from results.html import write_site
 from results.latex import to_latex
 from results.markdown import to_markdown
+from results.microscope import NAME as MICROSCOPE, write_microscope_tables
 from results.plots import write_plots
 from results.protocol import protocol_notes
 from results.summary import DEFAULT_REFERENCES, REFERENCES, add_published, load_reference, summarize
@@ -64,7 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     for root in [r for r in args.roots if not Path(r).exists()]:
         print(f"warning: {root} does not exist", file=sys.stderr)
     for name, (path, record) in find_analyses(args.roots).items():
-        written = write_analysis_tables(name, record, args.out)
+        if name == MICROSCOPE:  # its own page: two parts and figures
+            written = write_microscope_tables(record, args.out, path)
+        else:
+            written = write_analysis_tables(name, record, args.out)
         print(f"analysis {name} ({path}): wrote {', '.join(map(str, written))}", file=sys.stderr)
     everything, problems = collect(args.roots)
     long = everything

@@ -1,4 +1,4 @@
-"""Analysis records (``kind: analysis``, written by ``lra.analyses``) -> one table per analysis.
+"""Analysis records (``kind: analysis``, written by ``analyses``) -> one table per analysis.
 
 Each table lists our rows; when the record names a published table (``results/reference/<name>.csv``),
 the published value of every shared column sits beside ours as ``<column> (published)``, joined on the

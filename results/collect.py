@@ -75,7 +75,7 @@ def read_record(path: Path) -> dict:
     if not isinstance(record, dict):
         raise MalformedRecord(f"top level is {type(record).__name__}, expected an object")
     if record.get("kind") == ANALYSIS:
-        return record  # an analysis record (lra.analyses): tabulated by results.analyses, not here
+        return record  # an analysis record (analyses): tabulated by results.analyses, not here
     absent = [key for key in REQUIRED if record.get(key) in (None, "")]
     if absent:
         raise MalformedRecord(f"missing field(s): {', '.join(absent)}")
@@ -114,6 +114,13 @@ def record_tag(record: dict) -> str:
     return str(tag) if tag not in (None, "") else UNTAGGED
 
 
+def recorded_experiment(record: dict) -> str | None:
+    """The experiment a record names ("" for none); None for records older than the `experiment` field."""
+    if "experiment" not in record:
+        return None
+    return "" if record["experiment"] in (None, "") else str(record["experiment"])
+
+
 def first_line(text: object, limit: int = 200) -> str:
     """First non-empty line of an error message, cut to `limit` characters."""
     lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
@@ -147,7 +154,7 @@ def parse_run(path: Path, record: dict) -> tuple[dict, list[Problem]]:
         "git_sha": record.get("git_sha"), "wall_time_s": record.get("wall_time_s"),
         "params": record.get("params"), "tokens_per_s": record.get("tokens_per_s"),
         "path": path.as_posix(), "finished_at": str(record.get("finished_at") or ""),
-        "config": record.get("config"), "protocol": "",
+        "config": record.get("config"), "protocol": "", "experiment": recorded_experiment(record),
     }
     run["metrics"], complaints = clean_metrics(record.get("metrics") or {})
     label, tag, where = run_label(run), run["tag"], run["path"]
@@ -183,7 +190,7 @@ def mark_duplicates(runs: list[dict]) -> list[Problem]:
 
 
 def mark_drift(runs: list[dict], conf_dir: Path = CONF_DIR) -> list[Problem]:
-    """Mark completed runs whose protocol settings differ from their (tag, task) reference "config drift".
+    """Mark completed runs whose protocol settings differ from their (tag, task, experiment) reference "config drift".
 
     Each checked run's `protocol` says what it was checked against (see `results.protocol.reference_config`);
     completed runs without a recorded config are "unchecked".
@@ -191,12 +198,12 @@ def mark_drift(runs: list[dict], conf_dir: Path = CONF_DIR) -> list[Problem]:
     groups: dict[tuple, list[dict]] = {}
     for run in [run for run in runs if run["status"] == "completed"]:
         if has_protocol(run["config"]):
-            groups.setdefault((run["tag"], run["task"]), []).append(run)
+            groups.setdefault((run["tag"], run["task"], run["experiment"]), []).append(run)
         else:
             run["protocol"] = UNCHECKED
     problems = []
-    for (tag, task), group in sorted(groups.items()):
-        reference, source = reference_config(tag, task, [run["config"] for run in group], conf_dir)
+    for (tag, task, experiment), group in sorted(groups.items(), key=lambda item: (*item[0][:2], str(item[0][2]))):
+        reference, source = reference_config(tag, task, [run["config"] for run in group], conf_dir, experiment)
         for run in group:
             run["protocol"] = source
             differences = config_drift(run["config"], reference)

@@ -1,6 +1,6 @@
 """Path-X (LRA, arXiv 2011.04006): Pathfinder at 128 x 128, i.e. 16384 tokens (vocab 256), 2 classes, hard
 split. Data is generated locally (``python -m data_prep pathx``) when missing; the default 200k images
-take a while (see ``python -m data_prep.bench``)."""
+take a while (see ``python -m benchmarks.generator``)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 import attention_zoo
-from attention_zoo.bench_parity import relative_error
+from benchmarks.parity import relative_error
 
 B, H, D, N = 2, 2, 8, 24
 C = H * D

@@ -11,7 +11,7 @@ import shutil
 import time
 from pathlib import Path
 
-from lra.analyses.record import write_analysis_record
+from analyses.record import write_analysis_record
 from tests.results.records import write_record
 
 FIGURE = Path(__file__).resolve().parents[2] / "results" / "tables" / "ar_ablation.png"

@@ -7,8 +7,8 @@ import time
 
 import pandas as pd
 
-from lra.analyses import ar_ablation
-from lra.analyses.record import write_analysis_record
+from analyses import ar_ablation
+from analyses.record import write_analysis_record
 from results.__main__ import main as results_main
 from results.analyses import analysis_table, find_analyses
 from results.collect import collect

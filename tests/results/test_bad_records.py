@@ -6,7 +6,7 @@ import json
 import math
 import time
 
-from lra.analyses.record import write_analysis_record
+from analyses.record import write_analysis_record
 from results.__main__ import main as results_main
 from results.analyses import find_analyses
 from results.collect import collect

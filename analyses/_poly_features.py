@@ -28,8 +28,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from .slay import anchor_features, exact_poly_features, laguerre_nodes, positive_random_features
-from .yat import unit
+from attention_zoo.slay import anchor_features, exact_poly_features, laguerre_nodes, positive_random_features
+from attention_zoo.yat import unit
 
 POLY_MAPS = ("exact", "anchor", "random_maclaurin", "tensorsketch", "nystrom")
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from attention_zoo import bench
+from benchmarks import attention as attention_bench
 
 
 def test_bench_writes_csv_plot_and_ratios(tmp_path, capsys):
-    bench.main(["--names", "softmax", "linear", "llops", "--lengths", "64", "128", "--batch", "1",
+    attention_bench.main(["--names", "softmax", "linear", "llops", "--lengths", "64", "128", "--batch", "1",
                 "--repeats", "1", "--warmup", "0", "--set", "llops.features=8", "--out", str(tmp_path)])
     frame = pd.read_csv(tmp_path / "bench_cpu.csv")
     assert len(frame) == 6 and (tmp_path / "bench_cpu.png").stat().st_size > 0
@@ -31,7 +31,7 @@ def test_flop_count_includes_in_place_accumulations():
     b, h, n, d, p, m = 2, 2, 64, 8, 4, 16
     llops = attention_zoo.build("llops", head_dim=d, num_heads=h, degree=p, features=m)
     q, k, v = (torch.randn(b, h, n, d, requires_grad=True) for _ in range(3))
-    with FlopCounterMode(display=False, custom_mapping=bench.IN_PLACE_FLOPS) as counter:
+    with FlopCounterMode(display=False, custom_mapping=attention_bench.IN_PLACE_FLOPS) as counter:
         llops(q, k, v).sum().backward()
     rows = b * h * n
     assert counter.get_total_flops() == 2 * 4 * 2 * rows * d * p * m + 6 * 2 * rows * m * (d + 1)

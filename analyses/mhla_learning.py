@@ -1,6 +1,6 @@
 """MHLA learning analysis: Algorithm 1 against gradient training (Yau et al., arXiv 2410.10101, Sec. 4).
 
-``python -m lra.analyses.mhla_learning [--quick] [--seeds 3] [--out-root outputs/analyses] [--tables results/tables]``
+``python -m analyses.mhla_learning [--quick] [--seeds 3] [--out-root outputs/analyses] [--tables results/tables]``
 
 ``mhla_teacher`` (Fig. 1): a random MHLA teacher with ``d^2`` heads, Gaussian sequences of length T = 100,
 ``(N, d) = (512, 2), (2048, 4)``. Algorithm 1 (``fit_mhla``: least squares on the cubic features, SVD to heads)
@@ -24,8 +24,7 @@ from pathlib import Path
 
 import torch
 
-from attention_zoo._mhla_model import fit_mhla, identifiability_certificate
-from lra.analyses._mhla_data import (
+from analyses._mhla_data import (
     DTYPE,
     coefficient_distance,
     gaussian_sequences,
@@ -33,9 +32,10 @@ from lra.analyses._mhla_data import (
     memory_teacher,
     random_mhla,
 )
-from lra.analyses._mhla_report import memory_notes, plot_memory, plot_teacher, summarize, teacher_notes
-from lra.analyses._mhla_training import CoefficientModel, MHLAStack, Summary, normalised_mse, train_adamw
-from lra.analyses.record import ANALYSIS_ROOT, write_analysis_record
+from analyses._mhla_model import fit_mhla, identifiability_certificate
+from analyses._mhla_report import memory_notes, plot_memory, plot_teacher, summarize, teacher_notes
+from analyses._mhla_training import CoefficientModel, MHLAStack, Summary, normalised_mse, train_adamw
+from analyses.record import ANALYSIS_ROOT, write_analysis_record
 from results.analyses import write_analysis_tables
 
 TEACHER, MEMORY = "mhla_teacher", "mhla_memory"
@@ -148,7 +148,7 @@ def _mse_of_coefficients(w: torch.Tensor, seq: Summary, y: torch.Tensor, power: 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options."""
-    parser = argparse.ArgumentParser(prog="python -m lra.analyses.mhla_learning", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m analyses.mhla_learning", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, seconds (tests)")
     parser.add_argument("--seeds", type=int, help="number of seeds (default 3, quick 1)")
     parser.add_argument("--out-root", default=str(ANALYSIS_ROOT), help="record root (default: outputs/analyses)")

@@ -6,9 +6,8 @@ import json
 
 import torch
 
-from attention_zoo._mhla_model import fit_mhla, identifiability_certificate
-from lra.analyses import mhla_learning
-from lra.analyses._mhla_data import (
+from analyses import mhla_learning
+from analyses._mhla_data import (
     coefficient_distance,
     function_coefficients,
     gaussian_sequences,
@@ -16,7 +15,8 @@ from lra.analyses._mhla_data import (
     memory_teacher,
     random_mhla,
 )
-from lra.analyses._mhla_training import CoefficientModel, MHLAStack, Summary, normalised_mse, train_adamw
+from analyses._mhla_model import fit_mhla, identifiability_certificate
+from analyses._mhla_training import CoefficientModel, MHLAStack, Summary, normalised_mse, train_adamw
 from tests.conftest import assert_close
 
 

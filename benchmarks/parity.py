@@ -9,9 +9,9 @@ projections the block would make (``P = 3``: q, k, v); the references read their
 the gradients with respect to ``x``; ``tests/attention_zoo/test_parity_packages.py`` asserts it on small
 inputs. Every reference package is imported lazily, so this module costs nothing when they are absent.
 
-    python -m attention_zoo.bench_parity                     # all cases, n = 2048 and 4096
-    python -m attention_zoo.bench_parity --names reformer --lengths 2048 4096 --repeats 5
-    python -m attention_zoo.bench_parity --check             # agreement only, small n
+    python -m benchmarks.parity                     # all cases, n = 2048 and 4096
+    python -m benchmarks.parity --names reformer --lengths 2048 4096 --repeats 5
+    python -m benchmarks.parity --check             # agreement only, small n
 
 Mechanisms without a pip package (FLatten, PolaFormer, cosFormer, Skyformer, linear, softmax, ...) are
 checked in the tests against the formula of their paper, written out there, and have no speed column.
@@ -146,8 +146,8 @@ def _bigbird(*, num_heads: int, head_dim: int, n: int, seed: int, block_size: in
     from transformers import BigBirdConfig
     from transformers.models.big_bird.modeling_big_bird import BigBirdBlockSparseAttention, BigBirdModel
 
-    from .bigbird import block_priorities
-    from .bigbird import random_blocks as choose_random_blocks
+    from attention_zoo.bigbird import block_priorities
+    from attention_zoo.bigbird import random_blocks as choose_random_blocks
 
     config = BigBirdConfig(hidden_size=num_heads * head_dim, num_attention_heads=num_heads, block_size=block_size,
                            num_random_blocks=random_blocks, attention_type="block_sparse",

@@ -1,6 +1,6 @@
 """LLoPS associative-recall ablations at CPU scale (LLoPS paper, arXiv 2610.14219, AR ablation table).
 
-``python -m lra.analyses.ar_ablation [--seeds 1] [--jobs 2] [--quick]`` trains ``task=ar`` models:
+``python -m analyses.ar_ablation [--seeds 1] [--jobs 2] [--quick]`` trains ``task=ar`` models:
 
 - degree: LLoPS ``p in {2, 4, 6}`` at fixed ``m`` (``attention.degree``, ``attention.features``);
 - width: BASED (``r = 16``) against LLoPS (``p = 4``, same ``m``) at a narrow and a wide model.
@@ -31,7 +31,7 @@ from .plotting import pyplot, save
 from .record import ANALYSIS_ROOT, write_analysis_record
 
 NAME = "ar_ablation"
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 QUICK = ["task.max_steps=20", "task.eval_every=10", "task.data.train=256", "task.data.val=64",
          "task.data.test=64"]
 
@@ -69,7 +69,7 @@ def train_one(cfg: dict[str, Any], run_dir: str, threads: int) -> dict[str, Any]
     """One training run in a worker process; returns its record (reused when already completed)."""
     import torch
 
-    from ..train import run
+    from lra.train import run
 
     record_path = Path(run_dir) / "result.json"
     if record_path.exists():
@@ -118,7 +118,7 @@ def plot(table: list[dict[str, Any]], path: Path) -> Path:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m lra.analyses.ar_ablation", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m analyses.ar_ablation", description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=1, help="seeds per run (default 1)")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel, one thread each (default 2)")
     parser.add_argument("--features", type=int, default=64, help="LLoPS m (default 64; the paper's 256 is 4x slower)")

@@ -1,12 +1,12 @@
 """SLAY polynomial-factor analysis (arXiv 2602.04915, section 4.1 Table 2 and the appendix sweep Table).
 
-``python -m lra.analyses.slay_poly_factor [--quick] [--features P] [--dim d] [--n N] [--seeds S]``
+``python -m analyses.slay_poly_factor [--quick] [--features P] [--dim d] [--n N] [--seeds S]``
 
 The paper's protocol (its ``tests/ablation_poly_approx.py`` at the tables' commit, "Large" point): random tokens
 ``x ~ N(0, I)`` ``(B, N, H d)`` through tied random ``W_qkv`` and ``W_out`` with biases (``nn.Linear``'s
 U(+-1/sqrt(H d))), H = 4 heads of d = 16, N = 512, causal, eps = 1e-6, float32, R = 2 Gauss-Laguerre nodes,
 M = P = 32. Each method replaces the polynomial factor of SLAY's ``sum_r w_r x^2 exp(2 s_r x)``
-(``attention_zoo/_poly_features.py``) and runs as causal linear attention; the reference is exact spherical
+(``analyses/_poly_features.py``) and runs as causal linear attention; the reference is exact spherical
 Yat attention ``K V / (K 1 + delta)``, ``K = x^2 / (C - 2 x)``. Columns: ``rel_l2 = |Y - Y*|_F / |Y*|_F`` and
 ``cosine`` of the flattened outputs (after ``W_out``), mean and std over seeds; ``latency_ms``: median wall
 time of features + product + ``W_out`` after a warm-up (shared machine: indicative only). Ours only:
@@ -30,18 +30,18 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from attention_zoo._poly_features import (
+from analyses._poly_features import (
     POLY_MAPS,
     hadamard_shared_features,
     laplace_only_nodes,
     make_poly_map,
     tensor_product_features,
 )
+from analyses.plotting import pyplot, save
+from analyses.record import ANALYSIS_ROOT, write_analysis_record
 from attention_zoo.kernel import causal_products, kernel_attention, naive_normalized_attention
 from attention_zoo.slay import laguerre_nodes, positive_random_features, quadrature_yat_kernel
 from attention_zoo.yat import naive_yat, unit
-from lra.analyses.plotting import pyplot, save
-from lra.analyses.record import ANALYSIS_ROOT, write_analysis_record
 from results.analyses import write_analysis_tables
 
 NAME = "slay_poly_factor"
@@ -304,7 +304,7 @@ def notes(rows: list[dict], cfg: Config, exact_ms: float) -> list[str]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options; unset ones keep the paper's (or --quick's) values."""
-    parser = argparse.ArgumentParser(prog="python -m lra.analyses.slay_poly_factor",
+    parser = argparse.ArgumentParser(prog="python -m analyses.slay_poly_factor",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, seconds (tests)")
     parser.add_argument("--features", type=int, help="polynomial features P (and PRFs M unless --prf-features)")

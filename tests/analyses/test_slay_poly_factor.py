@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from attention_zoo._poly_features import (
+from analyses import slay_poly_factor
+from analyses._poly_features import (
     count_sketch_matrix,
     hadamard_shared_features,
     laplace_only_nodes,
@@ -20,7 +21,6 @@ from attention_zoo._poly_features import (
 )
 from attention_zoo.slay import positive_random_features
 from attention_zoo.yat import unit
-from lra.analyses import slay_poly_factor
 
 
 def unit_rows(n=6, d=5, seed=0):

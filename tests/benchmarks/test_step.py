@@ -5,11 +5,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from lra import bench_step
+from benchmarks import step as step_bench
 
 
 def test_bench_step_times_each_task_and_attention_and_the_pass_through_model(tmp_path, capsys):
-    code = bench_step.main(["--tasks", "listops", "retrieval", "--attentions", "linear", "llops", "--batch", "2",
+    code = step_bench.main(["--tasks", "listops", "retrieval", "--attentions", "linear", "llops", "--batch", "2",
                             "--steps", "1", "--warmup", "0", "--experiment", "quick", "--out", str(tmp_path)])
     assert code == 0
     frame = pd.read_csv(tmp_path / "step_cpu.csv")
@@ -22,6 +22,6 @@ def test_bench_step_times_each_task_and_attention_and_the_pass_through_model(tmp
 
 
 def test_synthetic_batch_is_full_length_real_tokens():
-    cfg = bench_step.compose_config(["task=listops", "attention=llops", "experiment=quick"], default_experiment=None)
-    batch = bench_step.synthetic_batch(cfg, 2, bench_step.torch.Generator().manual_seed(0))
+    cfg = step_bench.compose_config(["task=listops", "attention=llops", "experiment=quick"], default_experiment=None)
+    batch = step_bench.synthetic_batch(cfg, 2, step_bench.torch.Generator().manual_seed(0))
     assert batch["tokens"].shape == (2, cfg["task"]["max_len"]) and (batch["tokens"] > 0).all()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attention_zoo._mhla_model import MHLA
+from analyses._mhla_model import MHLA
 
 DTYPE = torch.float64
 

@@ -1,6 +1,6 @@
 """LLoPS kernel-approximation analysis (arXiv 2610.14219, RMAE table; the bound of its Theorem 3.1).
 
-``python -m lra.analyses.kernel_approx [--quick] [--features 64] [--depth 4] [--fit-steps 3000] [--out-root ...]``
+``python -m analyses.kernel_approx [--quick] [--features 64] [--depth 4] [--fit-steps 3000] [--out-root ...]``
 
 1. Trains (or reuses) a causal softmax model on ``task=ar`` (run dir ``<out-root>/kernel_approx/model``).
 2. Captures every layer's q, k ``(H, N, head_dim)`` on fresh AR sequences (a data seed no split uses), per head,
@@ -30,16 +30,17 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from torch import Tensor
 
-from ..model import AttentionBlock
-from ..record import write_json_atomic
-from ..tasks import ar
+from lra.model import AttentionBlock
+from lra.record import write_json_atomic
+from lra.tasks import ar
+
 from . import _kernel_maps as maps
 from .plotting import pyplot, save
 from .record import ANALYSIS_ROOT, write_analysis_record
 
 NAME = "kernel_approx"
 PUBLISHED = "llops_rmae_table"
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 METHODS = ("polysketch_random", "mlp_2layer", "llops", "svd_rank_m")
 MODEL = ["model.dim=64", "model.ffn_dim=128", "model.heads=2", "model.dropout=0.0", "task.max_steps=1000",
          "task.eval_every=250", "task.optim.lr=3e-3", "task.optim.warmup_steps=100"]
@@ -77,7 +78,7 @@ def model_config(depth: int, quick: bool) -> dict[str, Any]:
 
 def train_or_reuse(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """The run's record; a completed run with the same config is reused, one with another config is replaced."""
-    from ..train import run
+    from lra.train import run
 
     record_path = run_dir / "result.json"
     if record_path.exists():
@@ -256,7 +257,7 @@ def notes(cfg: dict[str, Any], record: dict[str, Any], fit: FitSettings, layers:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m lra.analyses.kernel_approx", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m analyses.kernel_approx", description=__doc__.splitlines()[0])
     parser.add_argument("--features", type=int, default=64, help="feature size m of every map (default 64)")
     parser.add_argument("--depth", type=int, default=4, help="layers of the AR model (>= 3; default 4)")
     parser.add_argument("--quick", action="store_true", help="a seconds-long smoke version (tests)")

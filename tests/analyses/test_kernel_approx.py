@@ -7,8 +7,8 @@ import json
 
 import torch
 
-from lra.analyses import kernel_approx
-from lra.analyses._kernel_maps import (
+from analyses import kernel_approx
+from analyses._kernel_maps import (
     LLoPSMap,
     MLPMap,
     exact_kernel,

@@ -1,4 +1,4 @@
-"""Speed and memory of attention mechanisms: ``python -m attention_zoo.bench``.
+"""Speed and memory of attention mechanisms: ``python -m benchmarks.attention``.
 
 For every mechanism and length: median forward and forward+backward time after warm-up, memory
 (peak allocated on CUDA; on the CPU the bytes autograd saves for backward, which is what grows with
@@ -19,7 +19,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import attention_zoo
-from lra.allocator import reuse_freed_memory  # benchmarks leave the library packages in issue 17
+from lra.allocator import reuse_freed_memory
 
 DEFAULT_NAMES = ["softmax", "linear", "based", "llops", "polysketch", "performer", "cosformer", "nystrom"]
 FIG2 = {"names": ["softmax", "linear", "based", "llops", "polysketch"], "head_dim": 128,
@@ -141,7 +141,7 @@ def plot(frame, path: Path, memory_label: str = "memory (MB)") -> None:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m attention_zoo.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.attention", description=__doc__.splitlines()[0])
     parser.add_argument("--names", nargs="+", default=None, help=f"attentions (default: {' '.join(DEFAULT_NAMES)})")
     parser.add_argument("--lengths", nargs="+", type=int, default=[1024, 2048, 4096, 8192, 16384])
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from lra.analyses.plotting import pyplot, save
+from analyses.plotting import pyplot, save
 
 FLOOR = 1e-32  # log axes: exact zeros drawn here
 SPREAD = ("train_mse", "distance")  # metrics that also get min and max over seeds

@@ -7,10 +7,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..record import git_sha, package_versions, write_json_atomic
+from lra.record import git_sha, package_versions, write_json_atomic
 
 ANALYSIS_ROOT = Path("outputs/analyses")
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def write_analysis_record(name: str, rows: list[dict[str, Any]], *, keys: list[str], config: dict[str, Any],

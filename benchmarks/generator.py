@@ -1,4 +1,4 @@
-"""Speed of the Pathfinder generator: ``python -m data_prep.bench [--task pathfinder|pathx] [--images N]``.
+"""Speed of the Pathfinder generator: ``python -m benchmarks.generator [--task pathfinder|pathx] [--images N]``.
 
 Generates one chunk in this process (tables built first, not timed) and prints images/s for one worker
 and the projected wall time of the default 200k images with the given number of workers. A benchmark,
@@ -28,7 +28,7 @@ def measure(task: str, images: int, seed: int = 0) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m data_prep.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.generator", description=__doc__.splitlines()[0])
     parser.add_argument("--task", choices=sorted(pathfinder.TASKS), default="pathfinder")
     parser.add_argument("--images", type=int, help="images to time (default: one chunk of the task)")
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),

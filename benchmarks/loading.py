@@ -1,4 +1,4 @@
-"""How long training waits for data: ``python -m lra.bench_loading [task=listops] [key=value ...]``.
+"""How long training waits for data: ``python -m benchmarks.loading [task=listops] [key=value ...]``.
 
 Composes the config as ``run.py`` does (``experiment=quick`` unless another experiment is given), trains
 ``--steps`` steps on the CPU without validation, and times each step with a Lightning callback: the wait
@@ -69,7 +69,7 @@ def measure(overrides: list[str], steps: int) -> LoadingTimer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lra.bench_loading", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.loading", description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30, help="training steps to time (default 30)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. task=pathfinder attention=llops")
     args = parser.parse_args(argv)

@@ -1,9 +1,9 @@
-"""Whole training steps per task and attention: ``python -m lra.bench_step [--tasks ...] [--attentions ...]``.
+"""Whole training steps per task and attention: ``python -m benchmarks.step [--tasks ...] [--attentions ...]``.
 
 For each task and attention, the model of ``python run.py task=<task> attention=<attention>`` (the full
 protocol's shapes unless ``--experiment`` or ``--batch`` say otherwise) trains ``--steps`` Lightning
 steps on one in-memory batch of full-length random tokens, so no data loading is timed
-(``python -m lra.bench_loading`` measures that on real data). The same model with every attention replaced
+(``python -m benchmarks.loading`` measures that on real data). The same model with every attention replaced
 by a pass-through (``out = v``) is timed the same way: that is the cost of everything outside attention
 (embeddings, masks, projections, FFN, loss, optimizer, Lightning). Prints step time, tokens per second and
 the share of the step spent in attention; writes a CSV. A benchmark, not a test: run it on a quiet machine.
@@ -20,8 +20,8 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor, nn
 
+from benchmarks.loading import LoadingTimer, compose_config
 from lra.allocator import reuse_freed_memory
-from lra.bench_loading import LoadingTimer, compose_config
 from lra.errors import UserError
 from lra.model import AttentionBlock
 from lra.train import task_module
@@ -91,7 +91,7 @@ def measure(task: str, attention: str, args) -> dict:
 def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
-    parser = argparse.ArgumentParser(prog="python -m lra.bench_step", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.step", description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="+", default=TASKS)
     parser.add_argument("--attentions", nargs="+", default=ATTENTIONS)
     parser.add_argument("--batch", type=int, default=None, help="batch size (default: the task's)")

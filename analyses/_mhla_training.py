@@ -13,7 +13,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from lra.analyses._mhla_data import DTYPE, random_mhla
+from analyses._mhla_data import DTYPE, random_mhla
 
 
 class Summary(NamedTuple):
