@@ -21,7 +21,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 import lra.hydra_hooks  # noqa: F401  (registers the run-folder resolver used by conf/config.yaml)
-from lra.checks import check_added_keys, check_config, missing_plugin
+from lra.checks import check_added_keys, check_config, missing_plugin, old_experiment_spelling
 from lra.errors import Diverged, UserError
 from lra.record import record_refusal
 
@@ -130,7 +130,7 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    if problem := missing_plugin(sys.argv[1:]):
+    if problem := missing_plugin(sys.argv[1:]) or old_experiment_spelling(sys.argv[1:]):
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
     main()

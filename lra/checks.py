@@ -1,7 +1,8 @@
 """Checks of a composed config that need nothing heavy (no torch): they run before the training stack loads.
 
-Invalid model settings, keys that ``+task.x=...`` or ``+model.x=...`` add but nothing reads, and sweeper or
-launcher presets whose plugin is not installed are each one ``UserError`` naming the key and the fix.
+Invalid model settings, keys that ``+task.x=...`` or ``+model.x=...`` add but nothing reads, sweeper or
+launcher presets whose plugin is not installed and the old ``experiment=<name>/<task>`` spelling are each one
+error naming the key and the fix.
 """
 
 from __future__ import annotations
@@ -104,6 +105,22 @@ def missing_plugin(argv: Iterable[str], find_spec: Callable = importlib.util.fin
             if arg.startswith(preset) and not _importable(module, find_spec):
                 return (f"{arg} needs the Hydra plugin {module.split('.')[-1]}, which is not installed. "
                         f"Install it with: pip install -e \".[{extra}]\"")
+    return None
+
+
+def old_experiment_spelling(argv: Iterable[str]) -> str | None:
+    """The fix for ``experiment=<name>/<task>``: an experiment is ``experiment=<name> task=<task>`` now, and
+    ``conf/experiment/<name>/<task>.yaml`` holds only its settings for that task (selected alone, it would
+    run without the experiment's tag and shared settings)."""
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        picked = value.split(",")
+        if key.lstrip("+~") != "experiment" or not any("/" in v for v in picked):
+            continue
+        names = list(dict.fromkeys(v.split("/")[0] for v in picked))
+        tasks = list(dict.fromkeys(v.split("/", 1)[1] for v in picked if "/" in v))
+        return (f"{arg}: name the experiment and the task apart: experiment={','.join(names)} "
+                f"task={','.join(tasks)} (conf/experiment/README.md lists the experiments)")
     return None
 
 

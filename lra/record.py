@@ -25,7 +25,8 @@ def new_record(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """The fields a run's record has from its start; ``status`` is ``failed`` until the run says otherwise."""
     return {
         "task": cfg["task"]["name"], "attention": cfg["attention"]["name"], "seed": cfg["seed"],
-        "tag": cfg.get("tag"), "status": "failed", "error": None, "metrics": {}, "config": cfg,
+        "tag": cfg.get("tag"), "experiment": cfg.get("experiment"),  # null: no experiment, the repo defaults
+        "status": "failed", "error": None, "metrics": {}, "config": cfg,
         "git_sha": git_sha(PROJECT_ROOT), "versions": package_versions(), "run_dir": str(run_dir),
         "started_at": now(),
     }

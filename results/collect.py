@@ -190,7 +190,7 @@ def mark_duplicates(runs: list[dict]) -> list[Problem]:
 
 
 def mark_drift(runs: list[dict], conf_dir: Path = CONF_DIR) -> list[Problem]:
-    """Mark completed runs whose protocol settings differ from their (tag, task, experiment) reference "config drift".
+    """Mark completed runs whose settings differ from their (tag, task, experiment) reference "config drift".
 
     Each checked run's `protocol` says what it was checked against (see `results.protocol.reference_config`);
     completed runs without a recorded config are "unchecked".

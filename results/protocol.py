@@ -1,9 +1,10 @@
 """Which runs follow their tag's protocol: the config a tag's runs should share, and how a run differs from it.
 
-The protocol of (tag, task) is the repo's Hydra config composed for that task and the tag's experiment
-(`default` = no experiment; `conf/experiment/<tag>.yaml`, else `conf/experiment/<tag>/<task>.yaml`). Only the
-settings that change what is measured count: the `task` and `model` sections and a few trainer settings;
-attention options, seed, tag, data locations and loader workers do not.
+The protocol of a run is the repo's Hydra config composed for its task and its experiment: the `experiment` its
+record names (null = none, the repo defaults), or for records older than that field the experiment named like
+their tag (`default` = none; `conf/experiment/<tag>.yaml`). Only the settings that change what is measured
+count: the `task` and `model` sections and a few trainer settings; attention options, seed, tag, data
+locations and loader workers do not.
 """
 
 from __future__ import annotations
@@ -12,12 +13,11 @@ import json
 from pathlib import Path
 
 import pandas as pd
-from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
-from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+from lra.config import CONF_DIR, compose
+
 DEFAULT_TAG = "default"
 SECTIONS = ("task", "model", "trainer")
 TRAINER_KEYS = ("max_steps", "precision", "gradient_clip_val", "gradient_clip_algorithm", "accumulate_grad_batches")
@@ -31,7 +31,8 @@ FROM_CONF, MOST_COMMON, UNCHECKED = "conf", "most common", "unchecked"
 
 
 def experiment_for(tag: str, task: str, conf_dir: Path = CONF_DIR) -> str | None:
-    """The `experiment=` value a tag's runs were composed with; "" for the default tag; None when unknown."""
+    """The `experiment=` value a tag's runs were composed with, for records that do not name it: "" for the
+    default tag, the tag when `conf/experiment/<tag>.yaml` exists, else None (unknown)."""
     conf_dir = Path(conf_dir)
     if not (conf_dir / "config.yaml").is_file():
         return None
@@ -39,23 +40,28 @@ def experiment_for(tag: str, task: str, conf_dir: Path = CONF_DIR) -> str | None
         return ""
     if (conf_dir / "experiment" / f"{tag}.yaml").is_file():
         return tag
-    if (conf_dir / "experiment" / tag / f"{task}.yaml").is_file():
-        return f"{tag}/{task}"
     return None
 
 
-def compose_protocol(tag: str, task: str, conf_dir: Path = CONF_DIR) -> dict | None:
-    """The resolved config `run.py task=<task> [experiment=...]` would use, or None if the tag has no experiment."""
-    experiment = experiment_for(tag, task, conf_dir)
-    if experiment is None:
+def compose_protocol(tag: str, task: str, conf_dir: Path = CONF_DIR, experiment: str | None = None) -> dict | None:
+    """The resolved config `run.py task=<task> [experiment=...]` would use, or None when there is none.
+
+    `experiment` is what the runs' records name ("" = none); without it, it is found from the tag
+    (`experiment_for`) and the composed config must carry that tag.
+    """
+    recorded = experiment is not None
+    if not recorded:
+        experiment = experiment_for(tag, task, conf_dir)
+        if experiment is None:
+            return None
+    if not (Path(conf_dir) / "config.yaml").is_file():
         return None
     overrides = [f"task={task}"] + ([f"experiment={experiment}"] if experiment else [])
     try:
-        with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
-            config = OmegaConf.to_container(compose(config_name="config", overrides=overrides), resolve=True)
+        config = compose(overrides, conf_dir)
     except (HydraException, OmegaConfBaseException):
         return None
-    return config if config.get("tag") == tag else None
+    return config if recorded or config.get("tag") == tag else None
 
 
 def has_protocol(config: object) -> bool:
@@ -102,9 +108,11 @@ def most_common_config(configs: list[dict]) -> dict:
     return configs[int(views[views == views.mode().iloc[0]].index[0])]
 
 
-def reference_config(tag: str, task: str, configs: list[dict], conf_dir: Path = CONF_DIR) -> tuple[dict, str]:
-    """The config runs of (tag, task) are checked against, and where it came from (`FROM_CONF` or `MOST_COMMON`)."""
-    composed = compose_protocol(tag, task, conf_dir)
+def reference_config(tag: str, task: str, configs: list[dict], conf_dir: Path = CONF_DIR,
+                     experiment: str | None = None) -> tuple[dict, str]:
+    """The config runs of (tag, task) that name `experiment` (None: records without the field) are checked
+    against, and where it came from (`FROM_CONF` or `MOST_COMMON`)."""
+    composed = compose_protocol(tag, task, conf_dir, experiment)
     if composed is not None:
         return composed, FROM_CONF
     return most_common_config(configs), MOST_COMMON

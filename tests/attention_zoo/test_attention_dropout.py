@@ -200,6 +200,6 @@ def test_lra_original_experiments_set_it_from_model_attention_dropout(name):
     from lra.module import attention_factory
     from tests.lra.conftest import compose_config
 
-    cfg = compose_config(["task=image", "experiment=lra_original/image", f"attention={name}"])
+    cfg = compose_config(["task=image", "experiment=lra_original", f"attention={name}"])
     assert cfg["attention"]["dropout"] == 0.0 and cfg["model"]["attention_dropout"] == pytest.approx(0.2)
     assert attention_factory(cfg, cfg["task"]["max_len"])().dropout == pytest.approx(0.2)

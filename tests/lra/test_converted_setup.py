@@ -82,7 +82,7 @@ def test_quick_presets_shorten_the_converted_tasks():
 
 @pytest.mark.parametrize("task,dim,pooling", [("text", 256, "cls"), ("retrieval", 128, "cls"), ("image", 128, "cls")])
 def test_lra_original_experiments_compose(task, dim, pooling):
-    cfg = compose_config([f"experiment=lra_original/{task}"])
+    cfg = compose_config([f"task={task}", "experiment=lra_original"])
     assert cfg["task"]["name"] == task and cfg["tag"] == "lra_original"
     assert cfg["model"]["dim"] == dim and cfg["model"]["pooling"] == pooling
     assert cfg["task"]["optim"]["betas"] == [0.9, 0.98] and cfg["trainer"]["max_steps"] == cfg["task"]["max_steps"]

@@ -1,4 +1,4 @@
-"""experiment=lra_original/<task> composes the JAX protocol: its schedule, q/k/v width and attention dropout."""
+"""experiment=lra_original task=<task> composes the JAX protocol: its schedule, q/k/v width and attention dropout."""
 
 import pytest
 
@@ -17,7 +17,7 @@ def blocks(cfg, vocab=256):
 def test_every_lra_original_yaml_composes_and_names_nothing_it_cannot_express():
     assert {"listops", "text", "retrieval", "image", "pathfinder", "pathx"} <= set(TASKS)
     for task in TASKS:
-        cfg = compose_config([f"task={task}", f"experiment=lra_original/{task}"])
+        cfg = compose_config([f"task={task}", "experiment=lra_original"])
         assert cfg["tag"] == "lra_original" and cfg["task"]["name"] == task
         assert cfg["task"]["optim"]["schedule"] in ("rsqrt", "cosine")
         assert cfg["model"]["attention_dropout"] > 0
@@ -26,7 +26,7 @@ def test_every_lra_original_yaml_composes_and_names_nothing_it_cannot_express():
 
 
 def test_image_is_cosine_with_qkv_64_in_8_heads_and_attention_dropout_on_softmax():
-    cfg = compose_config(["task=image", "experiment=lra_original/image", "attention=softmax"])
+    cfg = compose_config(["task=image", "experiment=lra_original", "attention=softmax"])
     assert cfg["task"]["optim"]["schedule"] == "cosine" and cfg["model"]["qkv_dim"] == 64
     (block,) = blocks(cfg)
     assert block.qkv.in_features == 128 and block.qkv.out_features == 3 * 64 and block.out.in_features == 64
@@ -34,13 +34,13 @@ def test_image_is_cosine_with_qkv_64_in_8_heads_and_attention_dropout_on_softmax
 
 
 def test_attention_dropout_is_ignored_by_mechanisms_without_attention_weights():
-    cfg = compose_config(["task=image", "experiment=lra_original/image", "attention=llops"])
+    cfg = compose_config(["task=image", "experiment=lra_original", "attention=llops"])
     (block,) = blocks(cfg)
     assert block.qkv.out_features == 3 * 64  # the q/k/v width applies to every mechanism
 
 
 def test_listops_follows_the_released_jax_config():
-    cfg = compose_config(["task=listops", "experiment=lra_original/listops"])
+    cfg = compose_config(["task=listops", "experiment=lra_original"])
     model, optim = cfg["model"], cfg["task"]["optim"]
     assert (model["depth"], model["heads"], model["dim"], model["ffn_dim"]) == (6, 8, 512, 2048)
     assert optim["schedule"] == "rsqrt" and optim["lr"] == pytest.approx(0.05 / 1000 ** 0.5, rel=1e-3)

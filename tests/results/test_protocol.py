@@ -167,3 +167,25 @@ def test_a_setting_added_later_counts_as_its_implicit_value_in_older_runs():
     assert config_drift(older, changed(BASE, **{"task.optim.schedule": "cosine"})) == [
         "task.optim.schedule=linear (protocol cosine)"]
     assert protocol_view(changed(BASE, **{"task.optim.schedule": "rsqrt"}))["task.optim.schedule"] == "rsqrt"
+
+
+def test_a_recorded_experiment_is_the_protocol_whatever_the_tag(tmp_path, quick):
+    mine = changed(quick, tag="mine")  # experiment=quick tag=mine: no conf/experiment/mine.yaml to guess from
+    protocol_record(tmp_path, mine, "softmax", 0, 0.40, experiment="quick")
+    protocol_record(tmp_path, changed(mine, **{"task.max_steps": 7}), "softmax", 1, 0.41, experiment="quick")
+    long, problems = collect([tmp_path])
+    assert [(p.kind, p.message) for p in problems] == [("config drift", "task.max_steps=7 (protocol 1500)")]
+    assert set(long.drop_duplicates("path")["protocol"]) == {FROM_CONF}
+
+
+def test_a_record_naming_no_experiment_is_checked_against_the_defaults(tmp_path, quick):
+    default = compose_protocol("default", "listops")
+    protocol_record(tmp_path, changed(default, tag="mine"), "softmax", 0, 0.40, experiment=None)
+    long, problems = collect([tmp_path])
+    assert problems == [] and set(long["protocol"]) == {FROM_CONF}
+
+
+def test_old_records_without_the_field_are_still_judged_by_their_tag(tmp_path, quick):
+    protocol_record(tmp_path, changed(quick, tag="mine"), "softmax", 0, 0.40)
+    long, _ = collect([tmp_path])
+    assert set(long["protocol"]) == {MOST_COMMON}  # no experiment named like the tag: as before the field
