@@ -24,14 +24,12 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from lra.config import compose
 
 from .plotting import pyplot, save
 from .record import ANALYSIS_ROOT, write_analysis_record
 
 NAME = "ar_ablation"
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 QUICK = ["task.max_steps=20", "task.eval_every=10", "task.data.train=256", "task.data.val=64",
          "task.data.test=64"]
 
@@ -59,8 +57,7 @@ def run_config(row: dict[str, Any], seed: int, extra: list[str]) -> dict[str, An
     overrides = ["task=ar", f"attention={row['method']}", f"seed={seed}", f"model.dim={row['d']}",
                  f"model.ffn_dim={2 * row['d']}", "tag=ar_ablation", "trainer.enable_progress_bar=false",
                  *(f"attention.{k}={v}" for k, v in row["options"].items()), *extra]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = OmegaConf.to_container(compose(config_name="config", overrides=overrides), resolve=True)
+    cfg = compose(overrides)
     cfg["analysis"] = NAME  # results.collect leaves runs of an analysis to its own table
     return cfg
 

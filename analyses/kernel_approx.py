@@ -26,10 +26,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 from torch import Tensor
 
+from lra.config import compose
 from lra.model import AttentionBlock
 from lra.record import write_json_atomic
 from lra.tasks import ar
@@ -40,7 +39,6 @@ from .record import ANALYSIS_ROOT, write_analysis_record
 
 NAME = "kernel_approx"
 PUBLISHED = "llops_rmae_table"
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 METHODS = ("polysketch_random", "mlp_2layer", "llops", "svd_rank_m")
 MODEL = ["model.dim=64", "model.ffn_dim=128", "model.heads=2", "model.dropout=0.0", "task.max_steps=1000",
          "task.eval_every=250", "task.optim.lr=3e-3", "task.optim.warmup_steps=100"]
@@ -70,8 +68,7 @@ def model_config(depth: int, quick: bool) -> dict[str, Any]:
     """The resolved config of ``run.py task=ar attention=softmax`` at this depth, marked as this analysis's run."""
     overrides = ["task=ar", "attention=softmax", f"model.depth={depth}", "tag=kernel_approx",
                  "trainer.enable_progress_bar=false", *(QUICK_MODEL if quick else MODEL)]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = OmegaConf.to_container(compose(config_name="config", overrides=overrides), resolve=True)
+    cfg = compose(overrides)
     cfg["analysis"] = NAME  # results.collect leaves runs of an analysis to its own table
     return cfg
 

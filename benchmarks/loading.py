@@ -12,16 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import pytorch_lightning as pl
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
+from lra.config import compose
 from lra.errors import UserError
 from lra.train import task_module
-
-CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 class LoadingTimer(pl.Callback):
@@ -44,16 +40,10 @@ class LoadingTimer(pl.Callback):
         self._last_end = now
 
 
-def compose_config(overrides: list[str], default_experiment: str | None = "quick") -> dict:
-    """The config ``run.py`` would compose, with ``default_experiment`` unless one is given."""
-    if default_experiment and not any(o.startswith("experiment=") for o in overrides):
-        overrides = [f"experiment={default_experiment}", *overrides]
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return OmegaConf.to_container(compose(config_name="config", overrides=overrides), resolve=True)
-
-
 def measure(overrides: list[str], steps: int) -> LoadingTimer:
-    cfg = compose_config(overrides)
+    if not any(o.startswith("experiment=") for o in overrides):
+        overrides = ["experiment=quick", *overrides]
+    cfg = compose(overrides)
     pl.seed_everything(cfg["seed"], workers=True)
     tasks = task_module(cfg["task"]["name"])
     datamodule = tasks.DataModule(cfg)

@@ -37,8 +37,8 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from attention_zoo import extra_inputs
-from benchmarks.loading import compose_config
 from lra.allocator import reuse_freed_memory
+from lra.config import compose
 from lra.model import AttentionBlock
 from lra.tasks.listops import LitModule
 
@@ -92,8 +92,7 @@ def port_config(config: dict, attention: str, length: int) -> dict:
 
 
 def our_model(attention: str, length: int, overrides: list[str], checkpointed: bool) -> nn.Module:
-    cfg = compose_config(["task=listops", f"attention={attention}", f"task.max_len={length}", *overrides],
-                         default_experiment=None)
+    cfg = compose(["task=listops", f"attention={attention}", f"task.max_len={length}", *overrides])
     model = LitModule(cfg, VOCAB, CLASSES)
     if checkpointed:
         for block in model.encoder.blocks:

@@ -32,8 +32,8 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
-from benchmarks.loading import compose_config
 from lra.allocator import reuse_freed_memory
+from lra.config import compose
 from lra.errors import UserError
 from lra.train import task_module
 
@@ -102,7 +102,7 @@ def pass_seconds(cfg: dict, datamodule, model, split: str, every: int) -> tuple[
 
 
 def estimate(attention: str, args) -> dict:
-    cfg = compose_config(["task=listops", f"attention={attention}", *args.overrides], default_experiment=None)
+    cfg = compose(["task=listops", f"attention={attention}", *args.overrides])
     if cfg.get("reuse_freed_memory", True):
         reuse_freed_memory()  # as run.py
     pl.seed_everything(cfg["seed"], verbose=False)

@@ -20,8 +20,9 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor, nn
 
-from benchmarks.loading import LoadingTimer, compose_config
+from benchmarks.loading import LoadingTimer
 from lra.allocator import reuse_freed_memory
+from lra.config import compose
 from lra.errors import UserError
 from lra.model import AttentionBlock
 from lra.train import task_module
@@ -77,7 +78,7 @@ def measure(task: str, attention: str, args) -> dict:
     overrides = [f"task={task}", f"attention={attention}", *args.overrides]
     if args.experiment:
         overrides.append(f"experiment={args.experiment}")
-    cfg = compose_config(overrides, default_experiment=None)
+    cfg = compose(overrides)
     batch_size = args.batch or int(cfg["task"]["batch_size"])
     batch = synthetic_batch(cfg, batch_size, torch.Generator().manual_seed(0))
     tokens = int(batch["lengths"].sum()) + int(batch.get("lengths2", torch.zeros(1)).sum())

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from benchmarks import step as step_bench
+from lra.config import compose
 
 
 def test_bench_step_times_each_task_and_attention_and_the_pass_through_model(tmp_path, capsys):
@@ -22,6 +23,6 @@ def test_bench_step_times_each_task_and_attention_and_the_pass_through_model(tmp
 
 
 def test_synthetic_batch_is_full_length_real_tokens():
-    cfg = step_bench.compose_config(["task=listops", "attention=llops", "experiment=quick"], default_experiment=None)
+    cfg = compose(["task=listops", "attention=llops", "experiment=quick"])
     batch = step_bench.synthetic_batch(cfg, 2, step_bench.torch.Generator().manual_seed(0))
     assert batch["tokens"].shape == (2, cfg["task"]["max_len"]) and (batch["tokens"] > 0).all()

@@ -5,22 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 import lra.hydra_hooks  # noqa: F401  (registers the run-folder resolver that hydra.run.dir uses)
+from lra.config import CONF_DIR, compose
 
 ROOT = Path(__file__).resolve().parents[2]
-CONF = ROOT / "conf"
+CONF, compose_config = CONF_DIR, compose  # the names the tests import; one definition, in lra.config
 TINY = ["task.data.generate.train=160", "task.data.generate.val=64", "task.data.generate.test=64",
         "task.data.generate.min_length=20", "task.data.generate.max_length=60"]
-
-
-def compose_config(overrides: list[str]) -> dict:
-    """The resolved config ``run.py`` would see for these overrides, as a plain dict."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
-    return OmegaConf.to_container(cfg, resolve=True)
 
 
 @pytest.fixture(scope="session")
