@@ -212,3 +212,32 @@ class CompactDataModule(pl.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", self.eval_order("test"))
+
+
+class GeneratedDataModule(CompactDataModule):
+    """Data a ``data_prep`` generator makes locally from ``task.data.generate``: when the folder has a manifest
+    it must record data made with these options (imported official files are checked on load instead);
+    when it has none, the data is generated now.
+
+    Subclasses say how to generate (``generate``) and how stored data differs from what the config asks for
+    (``stale_data_message``, None when it does not).
+    """
+
+    def generate_options(self) -> dict:
+        return dict(self.task["data"]["generate"])
+
+    def generate(self) -> None:
+        raise NotImplementedError
+
+    def stale_data_message(self, manifest: dict[str, Any]) -> str | None:
+        raise NotImplementedError
+
+    def prepare_data(self) -> None:
+        if manifest_path(self.task_dir).is_file():
+            manifest = self.manifest()
+            if "import" not in manifest["source"] and (message := self.stale_data_message(manifest)):
+                raise UserError(message)
+            return
+        log.info("%s data not found under %s; generating it now (%s)", self.task["name"], self.task_dir,
+                 self.rebuild_command())
+        self.generate()

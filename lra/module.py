@@ -47,7 +47,7 @@ def attention_factory(cfg: dict[str, Any], max_len: int):
     if known:
         check_option_types(name, opts)
     try:
-        make()
+        make()  # besides the check, this build advances torch's RNG: the runs' initial weights depend on it
     except (ValueError, TypeError) as err:
         raise UserError(f"attention={name}: {err}") from None
     return make
@@ -78,7 +78,11 @@ def build_encoder(cfg: dict[str, Any], vocab_size: int) -> Encoder:
 
 
 class ClassificationModule(pl.LightningModule):
-    """Classify one sequence per example; subclasses change ``forward`` (e.g. dual encoders)."""
+    """Classify one sequence per example.
+
+    Tasks change it through hooks, never through the steps: ``build_head``, ``forward`` (e.g. a dual
+    encoder), ``model_step`` (loss, logits and targets, e.g. per-token targets) and ``tokens_in``.
+    """
 
     def __init__(self, cfg: dict[str, Any], vocab_size: int, num_classes: int):
         super().__init__()
@@ -102,19 +106,27 @@ class ClassificationModule(pl.LightningModule):
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         return self.head(self.encoder(batch["tokens"], batch["lengths"]))
 
-    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+    def model_step(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """Loss, logits and targets of one batch: the one computation train, val and test share."""
         logits = self(batch)
         loss = F.cross_entropy(logits, batch["labels"])
-        self.train_acc(logits, batch["labels"])
-        self.train_tokens += int(batch["lengths"].sum())
+        return loss, logits, batch["labels"]
+
+    def tokens_in(self, batch: dict[str, Tensor]) -> int:
+        """Real (unpadded) tokens the batch feeds the encoder, summed into ``train_tokens`` for tokens/s."""
+        return int(batch["lengths"].sum())
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        loss, logits, targets = self.model_step(batch)
+        self.train_acc(logits, targets)
+        self.train_tokens += self.tokens_in(batch)
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/acc", self.train_acc, on_step=True, on_epoch=False)
         return loss
 
     def _evaluate(self, batch: dict[str, Tensor], stage: str, metric: MulticlassAccuracy) -> None:
-        logits = self(batch)
-        loss = F.cross_entropy(logits, batch["labels"])
-        metric(logits, batch["labels"])
+        loss, logits, targets = self.model_step(batch)
+        metric(logits, targets)
         self.log(f"{stage}/loss", loss, sync_dist=True)
         self.log(f"{stage}/acc", metric, prog_bar=True)
 

@@ -82,7 +82,9 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     if cfg.get("reuse_freed_memory", True):
         reuse_freed_memory()
     tasks = task_module(cfg["task"]["name"])
-    attention_factory(cfg, cfg["task"]["max_len"])  # a bad attention option fails before any data work
+    # a bad attention option fails before any data work; like attention_factory's own check, this build also
+    # advances torch's RNG where a mechanism draws weights as it is built (llops, linformer, ...)
+    attention_factory(cfg, cfg["task"]["max_len"])
     ckpt_dir = run_dir / "checkpoints"
     resume = ckpt_dir / "last.ckpt"
     resume = resume if resume.exists() and not cfg["trainer"].get("fast_dev_run") else None

@@ -135,21 +135,7 @@ class LitModule(ClassificationModule):
     def build_head(self, model: dict[str, Any], num_classes: int) -> nn.Module:
         return nn.Linear(model["dim"], num_classes)
 
-    def loss_and_logits(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    def model_step(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         logits = self(batch).flatten(0, 1)  # (B N, vocab)
         targets = batch["targets"].flatten()
         return F.cross_entropy(logits, targets, ignore_index=IGNORE), logits, targets
-
-    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        loss, logits, targets = self.loss_and_logits(batch)
-        self.train_acc(logits, targets)
-        self.train_tokens += int(batch["lengths"].sum())
-        self.log("train/loss", loss, prog_bar=True)
-        self.log("train/acc", self.train_acc, on_step=True, on_epoch=False)
-        return loss
-
-    def _evaluate(self, batch: dict[str, Tensor], stage: str, metric: MulticlassAccuracy) -> None:
-        loss, logits, targets = self.loss_and_logits(batch)
-        metric(logits, targets)
-        self.log(f"{stage}/loss", loss, sync_dist=True)
-        self.log(f"{stage}/acc", metric, prog_bar=True)

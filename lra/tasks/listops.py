@@ -7,38 +7,30 @@ import logging
 
 from data_prep import listops as generator
 
-from ..data import CompactDataModule
-from ..errors import UserError
+from ..data import GeneratedDataModule
 from ..module import ClassificationModule
 
 log = logging.getLogger(__name__)
 
 
-class DataModule(CompactDataModule):
-    """ListOps splits; generates them (with ``task.data.generate`` sizes) when the folder is missing."""
-
-    def generate_options(self) -> dict:
-        return dict(self.task["data"]["generate"])
+class DataModule(GeneratedDataModule):
+    """ListOps splits; generated with ``task.data.generate`` (sizes, lengths, seed) when the folder is missing."""
 
     def rebuild_command(self) -> str:
         return generator.generate_command(self.root, **self.generate_options())
 
-    def prepare_data(self) -> None:
-        if (self.task_dir / "manifest.json").exists():
-            manifest = self.manifest()
-            if "import" in manifest["source"]:  # official files: their counts and checksums are checked on load
-                return
-            made = {**manifest["source"], **{k: v["count"] for k, v in manifest["splits"].items()}}
-            differ = [f"task.data.generate.{k}={v} (the data has {made.get(k, 'none')})"
-                      for k, v in self.generate_options().items() if made.get(k) != v]
-            if differ:
-                raise UserError(f"{self.task_dir / 'manifest.json'} records other ListOps than this config asks for: "
-                                f"{', '.join(differ)}. Point task.data.root elsewhere, or delete that folder to "
-                                f"regenerate it with: {self.rebuild_command()}")
-            return
-        log.info("ListOps data not found under %s; generating it now (%s)", self.task_dir,
-                 self.rebuild_command())
+    def generate(self) -> None:
         generator.generate(self.root, **self.generate_options(), log=log.info)
+
+    def stale_data_message(self, manifest: dict) -> str | None:
+        made = {**manifest["source"], **{k: v["count"] for k, v in manifest["splits"].items()}}
+        differ = [f"task.data.generate.{k}={v} (the data has {made.get(k, 'none')})"
+                  for k, v in self.generate_options().items() if made.get(k) != v]
+        if not differ:
+            return None
+        return (f"{self.task_dir / 'manifest.json'} records other ListOps than this config asks for: "
+                f"{', '.join(differ)}. Point task.data.root elsewhere, or delete that folder to "
+                f"regenerate it with: {self.rebuild_command()}")
 
 
 class LitModule(ClassificationModule):

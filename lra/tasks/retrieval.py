@@ -95,7 +95,5 @@ class LitModule(ClassificationModule):
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         return self.head(pair_features(*self.embed_pair(batch)))
 
-    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        loss = super().training_step(batch, batch_idx)
-        self.train_tokens += int(batch["lengths2"].sum())  # the base counts document 1 only
-        return loss
+    def tokens_in(self, batch: dict[str, Tensor]) -> int:
+        return int(batch["lengths"].sum()) + int(batch["lengths2"].sum())  # both documents
