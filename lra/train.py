@@ -56,9 +56,14 @@ def without_noise() -> Iterator[None]:
         yield
 
 
+def task_names() -> list[str]:
+    """The tasks, one module each in ``lra/tasks/`` (with its ``conf/task/<name>.yaml``), sorted."""
+    return sorted(p.stem for p in TASKS_DIR.glob("*.py") if not p.stem.startswith("_"))
+
+
 def task_module(name: str):
     """``lra.tasks.<name>``, which defines ``DataModule`` and ``LitModule``."""
-    valid = sorted(p.stem for p in TASKS_DIR.glob("*.py") if not p.stem.startswith("_"))
+    valid = task_names()
     if name not in valid:
         raise UserError(f"unknown task {name!r}; valid tasks: {', '.join(valid)}")
     return importlib.import_module(f"lra.tasks.{name}")

@@ -26,3 +26,9 @@ def test_synthetic_batch_is_full_length_real_tokens():
     cfg = compose(["task=listops", "attention=llops", "experiment=quick"])
     batch = step_bench.synthetic_batch(cfg, 2, step_bench.torch.Generator().manual_seed(0))
     assert batch["tokens"].shape == (2, cfg["task"]["max_len"]) and (batch["tokens"] > 0).all()
+
+
+def test_default_tasks_come_from_the_task_registry_up_to_the_longest_length():
+    tasks = step_bench.default_tasks()
+    assert {"listops", "text", "retrieval", "image", "pathfinder", "ar"} <= set(tasks)
+    assert "pathx" not in tasks  # 16384 tokens: only when --tasks names it
