@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from results.atomic import write_atomic
+from data_prep.atomic import write_atomic
 from results.markdown import markdown_table
 
 BENCH_DIR = Path(__file__).resolve().parent / "tables" / "bench"
@@ -77,6 +77,13 @@ def memory_table(frame: pd.DataFrame) -> str:
                            f"peak at batch {batch} (GiB)", "fits"], rows)
 
 
+def threads_table(frame: pd.DataFrame) -> str:
+    """``benchmarks.threads``: the quick job's steps idle and beside one busy process, per thread setting."""
+    rows = [[r.load, str(r.threads), r.policy, _num(r.wall_s), _num(r.fit_s), "" if r.status == "ok" else r.status]
+            for r in frame.itertuples()]
+    return markdown_table(["machine", "threads", "OMP_WAIT_POLICY", "command (s)", "training (s)", "status"], rows)
+
+
 SECTIONS: list[tuple[str, str, Callable[[pd.DataFrame], str]]] = [
     ("bench_cpu.csv", "Attention forward+backward (ms), default allocator", kernel_table),
     ("bench_cpu_reuse.csv", "Attention forward+backward (ms), glibc reuses freed memory", kernel_table),
@@ -85,6 +92,7 @@ SECTIONS: list[tuple[str, str, Callable[[pd.DataFrame], str]]] = [
     ("run_estimate.csv", "Full-protocol ListOps, whole-run estimate (one thread, CPU time)", run_estimate_table),
     ("port_step.csv", "One ListOps training step beside the PyTorch LRA port", port_table),
     ("step_memory.csv", "Resident memory of a training step", memory_table),
+    ("threads.csv", "Quick job, idle and beside one busy process", threads_table),
 ]
 
 

@@ -1,0 +1,103 @@
+"""The quick job's time on an idle machine and beside one busy process: ``python -m benchmarks.threads``.
+
+OpenMP threads that wait by spinning (``OMP_WAIT_POLICY=ACTIVE``, libgomp's habit for a short while at
+every barrier) hold a core while they wait, so a 2-thread job beside one other busy process on 2 cores
+stalls at every parallel region; ``lra`` sets ``PASSIVE`` before torch loads unless the user set it.
+Each case runs ``python run.py task=listops attention=<a> experiment=quick task.max_steps=<steps>`` in a
+fresh process (outputs under a temporary folder) with ``OMP_NUM_THREADS`` and ``OMP_WAIT_POLICY`` set,
+once with the machine as it is ("idle": run it on a quiet machine) and once beside a one-thread busy
+loop ("busy"). Reports the whole command's wall time and the training time the run records
+(``fit_time_s``: steps and their validations). Writes ``threads.csv``. A benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SPIN = "import itertools\nfor _ in itertools.count():\n    pass\n"  # one core busy, no OpenMP
+
+
+@contextlib.contextmanager
+def load(kind: str) -> Iterator[None]:
+    """``busy``: a one-thread spinning process for the duration; ``idle``: nothing."""
+    if kind == "idle":
+        yield
+        return
+    spinner = subprocess.Popen([sys.executable, "-c", SPIN])
+    try:
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
+def job_command(attention: str, steps: int, run_dir: Path, overrides: list[str]) -> list[str]:
+    """The quick job, cut to ``steps`` steps with one validation at the end, in ``run_dir``."""
+    return [sys.executable, str(ROOT / "run.py"), "task=listops", f"attention={attention}", "experiment=quick",
+            f"task.max_steps={steps}", f"task.eval_every={steps}", "trainer.enable_progress_bar=false",
+            f"hydra.run.dir={run_dir}", *overrides]
+
+
+def job_env(threads: int, policy: str) -> dict[str, str]:
+    """This environment with the thread count and wait policy of one case."""
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": policy}
+
+
+def run_case(attention: str, steps: int, threads: int, policy: str, kind: str, overrides: list[str]) -> dict:
+    """One case in a fresh process: wall seconds of the command and the run's recorded fit time."""
+    with tempfile.TemporaryDirectory() as tmp, load(kind):
+        run_dir = Path(tmp) / "run"
+        start = time.perf_counter()
+        done = subprocess.run(job_command(attention, steps, run_dir, overrides), env=job_env(threads, policy),
+                              cwd=ROOT, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        record = run_dir / "result.json"
+        fit = json.loads(record.read_text()).get("fit_time_s") if record.exists() else None
+    row = {"attention": attention, "steps": steps, "threads": threads, "policy": policy, "load": kind,
+           "wall_s": wall, "fit_s": fit, "status": "ok" if done.returncode == 0 else f"exit {done.returncode}"}
+    if done.returncode:
+        row["status"] += ": " + (done.stderr.strip().splitlines() or [""])[-1][:200]
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    import pandas as pd
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.threads", description=__doc__.splitlines()[0])
+    parser.add_argument("--attention", default="llops")
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--threads", type=int, nargs="+", default=[2, 1])
+    parser.add_argument("--policies", nargs="+", default=["PASSIVE", "ACTIVE"], choices=["PASSIVE", "ACTIVE"])
+    parser.add_argument("--loads", nargs="+", default=["idle", "busy"], choices=["idle", "busy"])
+    parser.add_argument("--out", default="results/tables/bench")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every case")
+    args = parser.parse_args(argv)
+    rows = []
+    for kind, threads, policy in itertools.product(args.loads, args.threads, args.policies):
+        if threads == 1 and policy != args.policies[0]:
+            continue  # one thread never waits at a barrier: the policy cannot matter
+        rows.append(run_case(args.attention, args.steps, threads, policy, kind, args.overrides))
+        r = rows[-1]
+        fit = f"{r['fit_s']:.1f}" if r["fit_s"] is not None else "-"
+        print(f"{kind:>5} {threads} thread(s) {policy:>7}: {r['wall_s']:6.1f} s command, {fit} s training"
+              f"  {r['status'] if r['status'] != 'ok' else ''}", flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(out / "threads.csv", index=False)
+    print(f"wrote {out / 'threads.csv'}")
+    return 0 if all(r["status"] == "ok" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

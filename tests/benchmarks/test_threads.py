@@ -1,0 +1,37 @@
+"""The threads benchmark's cases: environment, command and the busy process (no time is asserted)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from benchmarks import threads
+
+
+def test_each_case_sets_thread_count_and_wait_policy():
+    env = threads.job_env(2, "ACTIVE")
+    assert env["OMP_NUM_THREADS"] == "2" and env["OMP_WAIT_POLICY"] == "ACTIVE"
+    assert threads.job_env(1, "PASSIVE")["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+def test_the_job_is_the_quick_command_cut_to_the_steps_in_its_own_folder(tmp_path):
+    command = threads.job_command("llops", 150, tmp_path / "run", ["seed=1"])
+    assert command[1].endswith("run.py")
+    assert {"task=listops", "attention=llops", "experiment=quick", "task.max_steps=150", "task.eval_every=150",
+            f"hydra.run.dir={tmp_path / 'run'}", "seed=1"} <= set(command)
+
+
+def test_the_busy_process_runs_inside_the_block_and_is_gone_after(monkeypatch):
+    started = []
+    real_popen = threads.subprocess.Popen
+
+    def spy(*args, **kwargs):
+        started.append(real_popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(threads.subprocess, "Popen", spy)
+    with threads.load("busy"):
+        assert len(started) == 1 and started[0].poll() is None
+    assert started[0].returncode == -signal.SIGKILL
+    with threads.load("idle"):
+        assert len(started) == 1
