@@ -4,24 +4,22 @@ A task lives in ``DIR/<task>/``: one ``<split>.npz`` per split and ``manifest.js
 ``tokens`` (all sequences concatenated, smallest unsigned dtype for the vocabulary), ``offsets`` (int64,
 N+1; sequence i is ``tokens[offsets[i]:offsets[i+1]]``) and ``labels`` (int64, N). Tasks with two
 sequences per example add ``tokens2``/``offsets2`` through :func:`write_arrays`. Files are written to a
-temporary name in the same folder and renamed into place; the manifest is written last and records each
-split's SHA-256, so a loader can refuse data that does not match it.
+temporary name in the same folder and renamed into place (``data_prep.atomic``); the manifest is written last
+and records each split's SHA-256, so a loader can refuse data that does not match it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import tempfile
 import zipfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 import numpy as np
+
+from data_prep.atomic import atomic_output
 
 FORMAT = "lra-compact"
 VERSION = 1
@@ -59,29 +57,6 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 22), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-@contextlib.contextmanager
-def atomic_output(path: Path, mode: str = "wb") -> Iterator[IO]:
-    """Open a temporary file beside ``path``; on success it replaces ``path``, on error it is removed.
-
-    Text modes use UTF-8 and write newlines exactly as given.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    text_options = {} if "b" in mode else {"encoding": "utf-8", "newline": ""}
-    try:
-        os.chmod(tmp_name, 0o644)  # mkstemp makes 0600; prepared data is meant to be shared
-        with os.fdopen(fd, mode, **text_options) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
 
 
 def inside(folder: Path, relative: str | Path) -> Path | None:

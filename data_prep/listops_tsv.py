@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep.compact import atomic_output, fail
+from data_prep.atomic import atomic_output
+from data_prep.compact import fail
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 VOCAB = ("<pad>", *(str(d) for d in range(10)), *OPERATORS, "]")

@@ -10,15 +10,13 @@ duplicated, and rows logged at the checkpoint (its validation) are kept even whe
 from __future__ import annotations
 
 import csv
-import os
-import tempfile
 from pathlib import Path
 
 from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 from pytorch_lightning.loggers.logger import rank_zero_experiment
 
-from .record import umask_mode
+from data_prep.atomic import atomic_output
 
 
 def step_of(row: dict) -> float:
@@ -45,13 +43,10 @@ class KeepingExperimentWriter(ExperimentWriter):
         rows = [row for row in self.previous if step_of(row) < self.keep_before] + self.metrics
         self.previous, self.metrics = None, rows
         self._record_new_keys()
-        folder = Path(self.metrics_file_path).parent
-        with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", newline="", delete=False) as file:
+        with atomic_output(self.metrics_file_path, "w") as file:
             writer = csv.DictWriter(file, fieldnames=self.metrics_keys)
             writer.writeheader()
             writer.writerows(rows)
-            os.fchmod(file.fileno(), umask_mode())
-        os.replace(file.name, self.metrics_file_path)
         self.metrics = []
 
 

@@ -1,16 +1,16 @@
-"""The run record ``result.json``: its first fields, provenance helpers and an atomic writer (no torch here)."""
+"""The run record ``result.json``: its first fields, provenance helpers and its JSON writer (no torch here)."""
 
 from __future__ import annotations
 
 import json
-import os
 import platform
 import subprocess
-import tempfile
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from data_prep.atomic import atomic_output
 
 PACKAGES = ("torch", "pytorch-lightning", "hydra-core", "omegaconf", "torchmetrics", "numpy", "pandas")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -71,24 +71,7 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def umask_mode() -> int:
-    """The mode ``open()`` gives a new file under this process's umask (``mkstemp`` would give 0600)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    """Write JSON to a temp file in the same folder, fsync, then rename over ``path`` (mode as the umask says)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, umask_mode())
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=2, sort_keys=True, default=str)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``payload`` as indented JSON with sorted keys, atomically (``data_prep.atomic``)."""
+    with atomic_output(path, "w") as f:
+        json.dump(payload, f, indent=2, sort_keys=True, default=str)

@@ -19,13 +19,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from data_prep.atomic import write_atomic
 from results.analyses import find_analyses, write_analysis_tables
-from results.atomic import write_atomic
 from results.collect import collect
 from results.html import write_site
 from results.latex import to_latex
 from results.markdown import to_markdown
-from results.microscope import NAME as MICROSCOPE, write_microscope_tables
+from results.microscope import NAME as MICROSCOPE
+from results.microscope import write_microscope_tables
 from results.plots import write_plots
 from results.protocol import protocol_notes
 from results.summary import DEFAULT_REFERENCES, REFERENCES, add_published, load_reference, summarize

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from results.atomic import write_atomic
+from data_prep.atomic import write_atomic
 from results.collect import ANALYSIS, analysis_problem, find_records
 from results.markdown import markdown_table
 from results.summary import load_reference

@@ -6,10 +6,10 @@ import os
 import numpy as np
 import pytest
 
+from data_prep.atomic import atomic_output
 from data_prep.compact import (
     CompactSplit,
     DataError,
-    atomic_output,
     file_sha256,
     load_manifest,
     load_split,
