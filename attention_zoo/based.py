@@ -5,6 +5,12 @@ Per head, q and k are projected to ``r = feature_dim`` by learned ``W_q, W_k`` (
 ``phi(q) . phi(k) = 1 + s / sqrt(r) + s^2 / (2 r)`` with ``s = (q W_q) . (k W_k)``: the Taylor
 expansion of ``exp(s / sqrt(r))``, always >= 1/2. Normalised linear attention, O(n m d); non-causal, it is
 fused (``_chunked_attention``): features made per token chunk and recomputed in backward, never stored.
+
+Checked against HazyResearch/based@32c1bd4 ``based/models/mixers/linear_attention.py`` (``TaylorExp``, the
+``quadratic`` path of ``LinearAttention.parallel_forward``: same map, ``eps`` added to the denominator,
+defaults r = 16, eps = 1e-12) in ``tests/attention_zoo/test_parity_papers.py``. The official code is causal
+only; non-causal (LRA) sums over every key instead of the prefix. It projects the block input straight to
+``H r`` features; here ``W_q`` acts on the head's q (the block's q projection times ``W_q``).
 """
 
 from __future__ import annotations

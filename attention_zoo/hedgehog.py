@@ -13,6 +13,10 @@ Defaults follow HazyResearch/lolcats (src/model/feature_map.py ``SoftmaxDim``, `
 f = 64, untied q/k maps, Kaiming-uniform ``W``, features clamped at 1e-12, denominator eps 1e-12.
 The bias ``b`` is per head and feature (zero init); lolcats' optional bias is one scalar per head,
 which a softmax cancels. ``init="identity"`` follows fla's HedgehogFeatureMap (``W`` = identity).
+Checked against HazyResearch/lolcats@375df84 (``FeatureMapMLP`` + ``SoftmaxDim`` in src/model/feature_map.py,
+``quadratic_attention`` in src/model/linear_attention/linear_attention.py) with a per-head constant bias
+in ``tests/attention_zoo/test_parity_papers.py``; a bias that varies over features (trained) is the paper's
+and fla's, not lolcats'; ``bias=False`` is lolcats' default.
 """
 
 from __future__ import annotations

@@ -16,6 +16,16 @@ Fast form: query chunks of ``chunk_size`` rows against the ``chunk_size + 2w`` k
 ``lra_benchmarks/models/longformer/longformer_attention.py`` hands ``attention_dropout_rate`` to flax's
 ``dot_product_attention`` for the sliding-window and the global attention, which drops the softmax
 weights in training; here the banded, global-column and global-row weights (``local.attention_dropout``).
+
+Against Hugging Face ``transformers`` ``LongformerSelfAttention`` (the authors' code, upstreamed; parity in
+``tests/attention_zoo/test_parity_packages.py``): the same band (its ``attention_window`` is ``window``,
+``|i - j| <= window // 2``), the same ``1 / sqrt(d)``, global keys taken out of the band and attended as
+extra columns, global rows over every key. One deliberate difference: HF, the paper and LRA's JAX code
+(``query_global``, ``key_global``, ``value_global`` Dense layers) project the global rows with a second set
+of q, k, v; a mechanism here gets the block's one q, k, v and uses them for the global rows too. LRA sets
+no global tokens, so at its setting (``num_global = 0``, our default) the second set is never used and the
+results are the same; the test hands HF's global projections the same q, k, v. HF also needs ``n`` a
+multiple of ``window`` (its model pads); this module takes any ``n``.
 """
 
 from __future__ import annotations

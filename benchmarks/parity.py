@@ -13,7 +13,7 @@ inputs. Every reference package is imported lazily, so this module costs nothing
     python -m benchmarks.parity --names reformer --lengths 2048 4096 --repeats 5
     python -m benchmarks.parity --check             # agreement only, small n
 
-Mechanisms without a pip package (FLatten, PolaFormer, cosFormer, Skyformer, linear, softmax, ...) are
+Mechanisms without a pip package (FLatten, PolaFormer, cosFormer, Skyformer, BASED, Hedgehog, linear, ...) are
 checked in the tests against the formula of their paper, written out there, and have no speed column.
 """
 
@@ -216,6 +216,51 @@ def _nystrom(*, num_heads: int, head_dim: int, n: int, seed: int, landmarks: int
     return Pair(lambda x: merge(ours(*heads(x, 3, num_heads))), lambda x: ref(x)[0])
 
 
+class Stacked(nn.Module):
+    """Stands in for a projection of a reference that takes one hidden state per token (Longformer's
+    self-attention): part ``index`` of ``parts`` of the stacked input it finds in ``source["x"]``
+    ``(N, B, P C)``, its first rows only when given fewer (the global queries: the first tokens). A fresh
+    tensor, as a Linear's: the reference scales its queries in place."""
+
+    def __init__(self, source: dict, index: int, parts: int):
+        super().__init__()
+        self.source, self.index, self.parts = source, index, parts
+
+    def forward(self, h: Tensor) -> Tensor:
+        x = self.source["x"]
+        width = x.shape[-1] // self.parts
+        return x[:h.shape[0], :, self.index * width:(self.index + 1) * width].clone()
+
+
+def _longformer(*, num_heads: int, head_dim: int, n: int, seed: int, window: int = 512,
+                num_global: int = 0) -> Pair:
+    """HF's global tokens have their own projections (``query_global``, ...): both sets read the same q, k, v
+    here, as ours has one set. Its mask: 0 local, > 0 global (the first ``num_global`` tokens)."""
+    from transformers import LongformerConfig
+    from transformers.models.longformer.modeling_longformer import LongformerSelfAttention
+
+    width = num_heads * head_dim
+    config = LongformerConfig(hidden_size=width, num_attention_heads=num_heads, attention_window=[window],
+                              attention_probs_dropout_prob=0.0)
+    ref = LongformerSelfAttention(config, layer_id=0).eval()
+    source: dict = {}
+    for index, names in enumerate((("query", "query_global"), ("key", "key_global"), ("value", "value_global"))):
+        for name in names:
+            setattr(ref, name, Stacked(source, index, 3))
+    ours = attention_zoo.build("longformer", head_dim=head_dim, num_heads=num_heads, window=window,
+                               num_global=num_global)
+    mask = torch.zeros(1, n)
+    mask[:, :num_global] = 10000.0
+
+    def reference(x):
+        source["x"] = x.transpose(0, 1)  # HF projects (N, B, C)
+        b = x.shape[0]
+        return ref(x[..., :width], attention_mask=mask.expand(b, n), is_index_masked=(mask < 0).expand(b, n),
+                   is_index_global_attn=(mask > 0).expand(b, n), is_global_attn=num_global > 0)[0]
+
+    return Pair(lambda x: merge(ours(*heads(x, 3, num_heads))), reference)
+
+
 CASES = [
     Case("performer", "performer-pytorch", "FastAttention (softmax kernel)", _performer("softmax"),
          "kernel=softmax, m=256"),
@@ -229,6 +274,7 @@ CASES = [
          "block 64, r=3"),
     Case("reformer", "transformers", "LSHSelfAttention (our rotations)", _reformer, "chunk 64, 2 hashes"),
     Case("nystrom", "transformers", "NystromformerSelfAttention", _nystrom, "64 landmarks, conv 35"),
+    Case("longformer", "transformers", "LongformerSelfAttention", _longformer, "window 512, no global tokens"),
 ]
 
 

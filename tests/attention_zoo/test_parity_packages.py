@@ -93,3 +93,12 @@ def test_nystrom_matches_hugging_face_nystromformer_self_attention():
     """transformers NystromformerSelfAttention (the authors' port): segment means, 6 Newton-Schulz steps."""
     pytest.importorskip("transformers")
     check(parity._nystrom, n=96, landmarks=16)
+
+
+@pytest.mark.parametrize("num_global", [0, 1, 3])
+def test_longformer_matches_hugging_face_longformer_self_attention(num_global):
+    """transformers LongformerSelfAttention(attention_window=w): |i - j| <= w / 2, q / sqrt(d), the first
+    tokens global; HF's second (global) projections read the same q, k, v, as ours has one set (docstring)."""
+    pytest.importorskip("transformers")
+    check(parity._longformer, n=96, window=16, num_global=num_global)
+    check(parity._longformer, n=64, window=32, num_global=num_global)

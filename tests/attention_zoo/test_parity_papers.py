@@ -8,6 +8,10 @@ Official files (commits as inspected):
 - cosFormer: OpenNLPLab/cosFormer cosformer.py ``CosformerAttention`` (non-causal, ReLU)
 - Skyformer: pkuzengqi/Skyformer@cfe8c8c src/models/attention_skyformer.py ``Skyformer.forward``
 - linear: idiap/fast-transformers fast_transformers/attention/linear_attention.py (no CPU wheel installs)
+- BASED: HazyResearch/based@32c1bd4 based/models/mixers/linear_attention.py ``TaylorExp.forward``,
+  ``LinearAttention.parallel_forward`` (``parallel_implementation="quadratic"``, causal)
+- Hedgehog: HazyResearch/lolcats@375df84 src/model/feature_map.py ``FeatureMapMLP.forward`` + ``SoftmaxDim``,
+  src/model/linear_attention/linear_attention.py ``quadratic_attention``
 The vision references convolve the values over the 2-D window; for sequences the oracle uses the 1-D
 depthwise convolution our modules use (kernel 5, centred, one filter per head channel shared by the heads).
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -176,5 +181,59 @@ def test_skyformer_matches_the_official_forward_given_its_landmarks():
             z = 0.25 * z @ (13 * eye - wz @ (15 * eye - wz @ (7 * eye - wz)))
         right = (a_s[:, :, N:] * d_inv[..., None, :]) @ z * d_inv[..., None, :]
         return a_s[:, :, :N] @ (right.transpose(-1, -2) @ v)
+
+    assert_parity(attn, oracle)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_based_matches_the_taylor_exp_linear_attention(causal):
+    """Per head q W_q, k W_k (r = 16); TaylorExp phi(x) = [x^0, x / sqrt(sqrt(r)), (x x^T).flatten / sqrt(2) /
+    sqrt(r)]; the official quadratic path: A = tril(phi_q phi_k^T), y = A v / (phi_q . cumsum(phi_k) + 1e-12).
+    The official code is causal only; non-causal (LRA) drops the tril and sums over all keys."""
+    attn = attention_zoo.build("based", head_dim=D, num_heads=H, causal=causal, chunk_size=8)
+    r = attn.feature_dim
+
+    def taylor_exp(x):
+        x2 = (x.unsqueeze(-1) * x.unsqueeze(-2)).flatten(start_dim=-2) / math.sqrt(2)
+        return torch.cat([x[..., :1] ** 0, x / math.sqrt(math.sqrt(r)), x2 / math.sqrt(r)], dim=-1)
+
+    def oracle(parts):
+        q, k, v = (split(t) for t in parts)
+        fq = taylor_exp(torch.einsum("hdf,bhld->bhlf", attn.w_q.double(), q))
+        fk = taylor_exp(torch.einsum("hdf,bhld->bhlf", attn.w_k.double(), k))
+        a = torch.einsum("bhnd,bhmd->bhnm", fq, fk)
+        keys = fk.cumsum(2) if causal else fk.sum(2, keepdim=True)
+        if causal:
+            a = torch.tril(a)
+        y = torch.einsum("bhnm,bhme->bhne", a, v)
+        return y / (torch.einsum("bhld,bhld->bhl", fq, keys.expand_as(fq)) + 1e-12)[..., None]
+
+    assert_parity(attn, oracle)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_hedgehog_matches_lolcats_softmax_dim_feature_maps(causal):
+    """Untied maps f(x W + b), W (H, d, f), b one scalar per head (lolcats' bias: ours is per feature, here
+    set to a per-head constant); SoftmaxDim f(y) = [softmax(y), softmax(-y)].clamp(min=1e-12);
+    quadratic_attention: a = phi_q phi_k^T (causal: zero above the diagonal), a / (a.sum(-1) + 1e-12), a v."""
+    attn = attention_zoo.build("hedgehog", head_dim=D, num_heads=H, causal=causal, chunk_size=8)
+    with torch.no_grad():  # spikier than the Kaiming init, so the softmaxes are far from uniform
+        for w in (attn.w_q, attn.w_k):
+            w.normal_(0, 1.0)
+        for b in (attn.b_q, attn.b_k):
+            b.copy_(torch.randn(H, 1).expand_as(b))
+
+    def feature_map(x, layer, bias):
+        y = torch.einsum("hdf,bhld->bhlf", layer.double(), x) + bias.double()[None, :, None, :1]
+        return torch.cat([torch.softmax(y, dim=-1), torch.softmax(-y, dim=-1)], dim=-1).clamp(min=1e-12)
+
+    def oracle(parts):
+        q, k, v = (split(t) for t in parts)
+        fq, fk = feature_map(q, attn.w_q, attn.b_q), feature_map(k, attn.w_k, attn.b_k)
+        a = torch.einsum("bhmd,bhnd->bhmn", fq, fk)
+        if causal:
+            a = a.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), 0)
+        a = a / (a.sum(dim=-1, keepdim=True) + 1e-12)
+        return torch.einsum("bhmn,bhnd->bhmd", a, v)
 
     assert_parity(attn, oracle)
