@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from lra.record import git_sha, package_versions, write_json_atomic
+from lra.record import ANALYSIS_KIND, RECORD_NAME, AnalysisRecord, git_sha, package_versions, write_json_atomic
 
 ANALYSIS_ROOT = Path("outputs/analyses")
 REPO = Path(__file__).resolve().parents[1]
@@ -21,14 +21,14 @@ def write_analysis_record(name: str, rows: list[dict[str, Any]], *, keys: list[s
     ``keys`` name the columns that identify a row (they join ours with ``results/reference/<published>.csv``);
     ``started`` is the ``time.time()`` at the start of the analysis; ``notes`` are shown under the table.
     """
-    record = {
-        "kind": "analysis", "analysis": name, "status": "completed", "keys": list(keys), "rows": rows,
+    record: AnalysisRecord = {
+        "kind": ANALYSIS_KIND, "analysis": name, "status": "completed", "keys": list(keys), "rows": rows,
         "columns": list(dict.fromkeys(column for row in rows for column in row)),  # JSON keys get sorted
         "config": config, "published": published, "notes": list(notes or []),
         "git_sha": git_sha(REPO), "versions": package_versions(),
         "wall_time_s": round(time.time() - started, 2),
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    path = Path(out_root) / name / "result.json"
+    path = Path(out_root) / name / RECORD_NAME
     write_json_atomic(path, record)
     return path

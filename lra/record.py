@@ -1,4 +1,8 @@
-"""The run record ``result.json``: its first fields, provenance helpers and its JSON writer (no torch here)."""
+"""``result.json``: its schema (``RunRecord``, ``AnalysisRecord``), first fields, provenance and JSON writer.
+
+The schema is the one contract between the writers (``lra.train``, ``analyses.record``) and the reader
+(``results.collect``, ``results.analyses``): a field a writer adds is declared here first. No torch here.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +12,75 @@ import subprocess
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from data_prep.atomic import atomic_output
 
 PACKAGES = ("torch", "pytorch-lightning", "hydra-core", "omegaconf", "torchmetrics", "numpy", "pandas")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 RECORD_NAME = "result.json"
+ANALYSIS_KIND = "analysis"  # ``kind`` of an analysis record; a training run's record has no ``kind``
+
+
+class RunIdentity(TypedDict):
+    """The fields without which a run record is refused (``results.collect`` lists it as malformed)."""
+
+    task: str
+    attention: str
+    seed: int
+    status: str  # completed, failed, diverged or interrupted
+
+
+class RunRecord(RunIdentity, total=False):
+    """A training run's ``result.json`` (``lra.train``); ``metrics`` are fractions of the best-validation
+    checkpoint: ``val_acc``, ``test_acc``, ``test_loss`` and the test set's ``majority_acc``."""
+
+    tag: str | None
+    experiment: str | None  # None: no experiment, the repo defaults
+    error: str | None
+    metrics: dict[str, float | None]
+    config: dict[str, Any]  # resolved Hydra config; ``config.analysis`` marks a run made by an analysis
+    git_sha: str | None
+    versions: dict[str, str]
+    run_dir: str
+    started_at: str
+    finished_at: str
+    wall_time_s: float
+    fit_time_s: float
+    earlier_segments_s: float
+    params: int
+    tokens_per_s: float | None
+    best_checkpoint: str | None
+    steps: int
+
+
+class AnalysisRecord(TypedDict, total=False):
+    """An analysis's ``result.json`` (``analyses.record``): one row per measured cell; ``keys`` name the columns
+    that identify a row and join it with ``results/reference/<published>.csv``."""
+
+    kind: str  # ANALYSIS_KIND
+    analysis: str
+    status: str
+    keys: list[str]
+    rows: list[dict[str, Any]]
+    columns: list[str]
+    config: dict[str, Any]
+    published: str | None
+    notes: list[str]
+    git_sha: str | None
+    versions: dict[str, str]
+    wall_time_s: float
+    finished_at: str
+
+
+REQUIRED_FIELDS = tuple(RunIdentity.__annotations__)  # in declaration order, for messages
 
 
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def new_record(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+def new_record(cfg: dict[str, Any], run_dir: Path) -> RunRecord:
     """The fields a run's record has from its start; ``status`` is ``failed`` until the run says otherwise."""
     return {
         "task": cfg["task"]["name"], "attention": cfg["attention"]["name"], "seed": cfg["seed"],
@@ -32,7 +91,7 @@ def new_record(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     }
 
 
-def completed_record(run_dir: Path) -> dict[str, Any] | None:
+def completed_record(run_dir: Path) -> RunRecord | None:
     """The run folder's record when it says the run completed, else None."""
     try:
         record = json.loads((Path(run_dir) / RECORD_NAME).read_text())

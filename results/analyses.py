@@ -14,23 +14,24 @@ from pathlib import Path
 import pandas as pd
 
 from data_prep.atomic import write_atomic
-from results.collect import ANALYSIS, analysis_problem, find_records
+from lra.record import ANALYSIS_KIND, AnalysisRecord
+from results.collect import analysis_problem, find_records
 from results.markdown import markdown_table
 from results.summary import load_reference
 
 PUBLISHED = " (published)"
 
 
-def find_analyses(roots: list[str | Path]) -> dict[str, tuple[Path, dict]]:
+def find_analyses(roots: list[str | Path]) -> dict[str, tuple[Path, AnalysisRecord]]:
     """The newest completed analysis record per analysis name under ``roots``; bad ones are skipped (results.collect
     lists them)."""
-    newest: dict[str, tuple[Path, dict]] = {}
+    newest: dict[str, tuple[Path, AnalysisRecord]] = {}
     for path in find_records(roots):
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue  # reported by results.collect
-        if not isinstance(record, dict) or record.get("kind") != ANALYSIS or record.get("status") != "completed":
+        if not isinstance(record, dict) or record.get("kind") != ANALYSIS_KIND or record.get("status") != "completed":
             continue
         if analysis_problem(record):
             continue
@@ -46,7 +47,7 @@ def load_published(name: str) -> tuple[pd.DataFrame, str]:
     return frame, frame.attrs["source"]
 
 
-def analysis_table(record: dict) -> pd.DataFrame:
+def analysis_table(record: AnalysisRecord) -> pd.DataFrame:
     """Our rows, with the published value of each shared column beside it when the record names a table."""
     ours = pd.DataFrame(record["rows"])
     ours = ours[[c for c in record.get("columns") or [] if c in ours.columns] or list(ours.columns)]
@@ -93,7 +94,7 @@ def format_value(value) -> str:
     return f"{value:.3e}" if value != 0 and abs(value) < 1e-3 else f"{value:.4g}"
 
 
-def analysis_markdown(name: str, record: dict, table: pd.DataFrame) -> str:
+def analysis_markdown(name: str, record: AnalysisRecord, table: pd.DataFrame) -> str:
     """Title, provenance, the table, and the record's notes."""
     lines = [f"# Analysis `{name}`", ""]
     if record.get("published"):
@@ -107,7 +108,7 @@ def analysis_markdown(name: str, record: dict, table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_analysis_tables(name: str, record: dict, out: str | Path) -> list[Path]:
+def write_analysis_tables(name: str, record: AnalysisRecord, out: str | Path) -> list[Path]:
     """Write ``<out>/<name>.csv`` and ``<out>/<name>.md``; return their paths."""
     table = analysis_table(record)
     out = Path(out)

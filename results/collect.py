@@ -1,4 +1,7 @@
-"""Find every run's `result.json` and turn them into one long table (one row per run x metric)."""
+"""Find every run's `result.json` and turn them into one long table (one row per run x metric).
+
+The fields a record has are `lra.record.RunRecord` (training) and `lra.record.AnalysisRecord` (analyses).
+"""
 
 from __future__ import annotations
 
@@ -11,18 +14,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from results.protocol import CONF_DIR, UNCHECKED, config_drift, drift_message, has_protocol, reference_config
+from lra.config import CONF_DIR
+from lra.record import ANALYSIS_KIND, RECORD_NAME, REQUIRED_FIELDS, AnalysisRecord, RunRecord
+from results.protocol import UNCHECKED, config_drift, drift_message, has_protocol, reference_config
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 CLASSIC_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
-RECORD_NAME = "result.json"
 UNTAGGED = "untagged"
 COLUMNS = [
     "task", "attention", "seed", "tag", "status", "metric", "value",
     "git_sha", "wall_time_s", "params", "tokens_per_s", "protocol", "path",
 ]
-REQUIRED = ("task", "attention", "seed", "status")
-ANALYSIS = "analysis"
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # an analysis or published-table name: one plain file stem
 REFERENCE_DIR = Path(__file__).with_name("reference")
 
@@ -66,7 +68,7 @@ def run_identity(record: dict) -> tuple:
                                                       "finished_at"))
 
 
-def read_record(path: Path) -> dict:
+def read_record(path: Path) -> RunRecord | AnalysisRecord:
     """Load one record and check its required fields; raise MalformedRecord otherwise."""
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
@@ -74,9 +76,9 @@ def read_record(path: Path) -> dict:
         raise MalformedRecord(f"unreadable JSON: {err}") from err
     if not isinstance(record, dict):
         raise MalformedRecord(f"top level is {type(record).__name__}, expected an object")
-    if record.get("kind") == ANALYSIS:
+    if record.get("kind") == ANALYSIS_KIND:
         return record  # an analysis record (analyses): tabulated by results.analyses, not here
-    absent = [key for key in REQUIRED if record.get(key) in (None, "")]
+    absent = [key for key in REQUIRED_FIELDS if record.get(key) in (None, "")]
     if absent:
         raise MalformedRecord(f"missing field(s): {', '.join(absent)}")
     try:
@@ -88,7 +90,7 @@ def read_record(path: Path) -> dict:
     return record
 
 
-def analysis_problem(record: dict) -> str | None:
+def analysis_problem(record: AnalysisRecord) -> str | None:
     """Why an analysis record cannot be tabulated (its name would leave the output folder, no rows, ...)."""
     name, published, rows = record.get("analysis"), record.get("published"), record.get("rows")
     if not isinstance(name, str) or not NAME.fullmatch(name) or ".." in name:
@@ -146,7 +148,7 @@ def run_label(run: dict) -> str:
     return f"{run['task']}/{run['attention']}/seed {run['seed']}"
 
 
-def parse_run(path: Path, record: dict) -> tuple[dict, list[Problem]]:
+def parse_run(path: Path, record: RunRecord) -> tuple[dict, list[Problem]]:
     """Turn a checked record into a run dict (fields + cleaned metrics) and its problems."""
     run = {
         "task": str(record["task"]), "attention": str(record["attention"]), "seed": record["seed"],
@@ -252,10 +254,10 @@ def collect(roots: list[str | Path], conf_dir: Path = CONF_DIR) -> tuple[pd.Data
         if record.get("finished_at") and identity in seen:
             continue  # the same run found under two roots: the first root's copy counts
         seen.add(identity)
-        if record.get("kind") == ANALYSIS and (problem := analysis_problem(record)):
+        if record.get("kind") == ANALYSIS_KIND and (problem := analysis_problem(record)):
             problems.append(Problem(path.as_posix(), "malformed", problem))
             continue
-        if record.get("kind") == ANALYSIS or (record.get("config") or {}).get("analysis"):
+        if record.get("kind") == ANALYSIS_KIND or (record.get("config") or {}).get("analysis"):
             continue  # an analysis, or a training run made by one: results.analyses tabulates them
         run, found = parse_run(path, record)
         runs.append(run)

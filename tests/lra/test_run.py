@@ -12,6 +12,7 @@ import torch
 
 import attention_zoo
 from lra.errors import UserError
+from lra.record import RunRecord
 from lra.train import run
 from tests.lra.conftest import ROOT, TINY, compose_config
 
@@ -48,6 +49,7 @@ def test_training_checkpoints_best_validation_and_tests_it(tiny_overrides, tmp_p
     assert len(vals) == 2 and record["metrics"]["val_acc"] == pytest.approx(max(vals))
     assert (tmp_path / "tensorboard").is_dir()
     assert record["tokens_per_s"] > 0 and record["wall_time_s"] > 0
+    assert set(json.loads((tmp_path / "result.json").read_text())) <= set(RunRecord.__annotations__)
 
 
 def test_failed_run_leaves_a_failed_record(tiny_overrides, tmp_path):
