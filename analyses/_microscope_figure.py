@@ -13,7 +13,7 @@ def trained_figure(drawn: dict[str, dict[int, tuple[Tensor, Tensor]]], path: Pat
     """One row per attention: for the first and last layer and up to ``heads`` heads, its matrix beside softmax's.
 
     ``drawn[attention][layer] = (matrix, softmax)`` ``(H, L, L)`` of one validation sequence; colours run from 0
-    to the 99th percentile of |weights| of each panel, so a row's own contrast shows.
+    to the larger 99th percentile of |weights| of the two panels of a pair, so both are on one scale.
     """
     plt = pyplot()
     panels = []
@@ -23,8 +23,10 @@ def trained_figure(drawn: dict[str, dict[int, tuple[Tensor, Tensor]]], path: Pat
         for layer in chosen:
             matrix, softmax = layers[layer]
             for head in range(min(heads, matrix.shape[0])):
-                row.append((f"{attention} L{layer} h{head}", matrix[head]))
-                row.append((f"softmax, same q,k L{layer} h{head}", softmax[head]))
+                pair = matrix[head].abs().float(), softmax[head].abs().float()
+                top = max(float(w.flatten().quantile(0.99)) for w in pair) or 1.0
+                row.append((f"{attention} L{layer} h{head}", pair[0], top))
+                row.append((f"softmax, same q,k L{layer} h{head}", pair[1], top))
         panels.append(row)
     cols = max(len(r) for r in panels)
     fig, axes = plt.subplots(len(panels), cols, figsize=(2.1 * cols, 2.2 * len(panels)), squeeze=False)
@@ -36,9 +38,7 @@ def trained_figure(drawn: dict[str, dict[int, tuple[Tensor, Tensor]]], path: Pat
             if c >= len(row):
                 ax.axis("off")
                 continue
-            title, weights = row[c]
-            weights = weights.abs().float()
-            top = float(weights.flatten().quantile(0.99)) or 1.0
+            title, weights, top = row[c]
             ax.imshow(weights.numpy(), cmap="magma", vmin=0.0, vmax=top, interpolation="nearest")
             ax.set_title(title, fontsize=6)
     fig.suptitle(f"|attention weights| on one ListOps validation sequence ({drawn_length(drawn)} "

@@ -1,7 +1,7 @@
 """The microscope's models: compose a run config, find or train its checkpoint, load it, read validation batches.
 
 A model is trained only when no finished run of the same config exists: first the run folders ``run.py`` makes
-(``outputs/<task>/<attention>/...``, read only), then the microscope's own (``<out>/models/<task>/<attention>/``).
+(``outputs/<task>/<attention>/...``, read only), then the microscope's own (``<models>/<task>/<attention>/``).
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 NAME = "microscope"
+MODELS = Path("outputs/analyses") / NAME / "models"
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
-# keys that say where or how a run ran, not what it learned (run.py leaves them out of run-folder names too)
-WHERE_OR_HOW = ("tag", "data_dir", "trainer", "rerun", "reuse_freed_memory", "analysis", "checkpoint")
+# keys that say where or how a run ran, not what it learned (run.py leaves them out of run-folder names too);
+# `experiment` only names a preset whose values are in the other keys (older records lack it)
+WHERE_OR_HOW = ("tag", "experiment", "data_dir", "trainer", "rerun", "reuse_freed_memory", "analysis", "checkpoint")
 DATA_WHERE_OR_HOW = ("root", "num_workers")
 
 
@@ -65,11 +67,11 @@ def finished_run(cfg: dict[str, Any], roots: list[Path]) -> Path | None:
     return None
 
 
-def checkpoint_for(cfg: dict[str, Any], out_root: Path, outputs: Path = Path("outputs")) -> Path:
+def checkpoint_for(cfg: dict[str, Any], models: Path = MODELS, outputs: Path = Path("outputs")) -> Path:
     """A finished run's best checkpoint for ``cfg``, training one in the microscope's folder when there is none."""
     task, attention = cfg["task"]["name"], cfg["attention"]["name"]
-    own = out_root / "models" / task / attention / config_digest(cfg)
-    found = finished_run(cfg, [outputs / task / attention, own])
+    own = models / task / attention / config_digest(cfg)
+    found = finished_run(cfg, [outputs / task / attention, own.parent])
     if found is not None:
         print(f"microscope: {attention}: reusing {found}", file=sys.stderr)
         return found

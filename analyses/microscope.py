@@ -6,7 +6,7 @@ Other ``key=value`` words are Hydra overrides as for ``run.py`` (``experiment=qu
 ``checkpoint`` (one attention's Lightning checkpoint; else a finished run of the composed config is reused, or a
 model trained), ``mode`` (``trained``, ``approx`` or ``both``), ``batches``, ``batch_size`` (validation batches
 captured), ``top_k``, ``approx`` (mechanisms), ``features`` (sizes m), ``fit_sequences``, ``fit_steps``,
-``fit_lr``, ``out``.
+``fit_lr``, ``out`` (records), ``models`` (where models are trained and looked for).
 
 trained: each trained model's q, k, v per layer are captured on validation batches; per sequence (real tokens)
 and head the mechanism's implicit matrix (its ``naive`` oracle, ``_microscope_capture``) is compared with
@@ -31,12 +31,20 @@ from ._microscope_approx import DEFAULT_APPROXIMATORS, approximation_rows
 from ._microscope_capture import capture, implicit_matrix, reproduction_error, softmax_matrix
 from ._microscope_figure import approx_figure, trained_figure
 from ._microscope_metrics import head_metrics
-from ._microscope_models import NAME, checkpoint_for, compose_config, load_model, run_accuracy, validation_batches
+from ._microscope_models import (
+    MODELS,
+    NAME,
+    checkpoint_for,
+    compose_config,
+    load_model,
+    run_accuracy,
+    validation_batches,
+)
 from .record import ANALYSIS_ROOT, write_analysis_record
 
 OWN = {"checkpoint": None, "mode": "both", "batches": 2, "batch_size": 16, "top_k": 8,
        "approx": ",".join(DEFAULT_APPROXIMATORS), "features": "16,32,64", "fit_sequences": 8, "fit_steps": 100,
-       "fit_lr": 1e-2, "out": str(ANALYSIS_ROOT)}
+       "fit_lr": 1e-2, "out": str(ANALYSIS_ROOT), "models": str(MODELS)}
 MODES = ("trained", "approx", "both")
 NOTES = [
     "trained: each row averages over the captured validation sequences (real tokens only); `_softmax` columns "
@@ -74,12 +82,12 @@ def parse(argv: list[str]) -> tuple[dict, list[str], list[str]]:
     return own, attentions, overrides
 
 
-def model_and_batches(attention: str, overrides: list[str], own: dict, out: Path):
+def model_and_batches(attention: str, overrides: list[str], own: dict):
     """The trained model of ``attention`` (given or found or trained), its config and its captured layers."""
     if own["checkpoint"]:
         checkpoint = Path(own["checkpoint"])
     else:
-        checkpoint = checkpoint_for(compose_config([*overrides, f"attention={attention}"]), out)
+        checkpoint = checkpoint_for(compose_config([*overrides, f"attention={attention}"]), Path(own["models"]))
     model, cfg = load_model(checkpoint)
     batches = validation_batches(cfg, own["batches"], own["batch_size"])
     layers = [capture(model, batch) for batch in batches]  # [batch][layer]
@@ -138,13 +146,13 @@ def main(argv: list[str] | None = None) -> Path:
     rows, drawn = [], {}
     if own["mode"] in ("trained", "both"):
         for attention in attentions:
-            cfg, checkpoint, layers = model_and_batches(attention, overrides, own, out / NAME)
+            cfg, checkpoint, layers = model_and_batches(attention, overrides, own)
             attention_rows, drawn[attention] = trained_rows(attention, cfg, checkpoint, layers, own["top_k"])
             rows += attention_rows
             print(f"microscope: {attention}: rel_error {attention_rows[-1]['rel_error']:.4f}", file=sys.stderr)
     if own["mode"] in ("approx", "both"):
         soft = {**own, "checkpoint": own["checkpoint"] if attentions == ["softmax"] else None}
-        _, checkpoint, layers = model_and_batches("softmax", overrides, soft, out / NAME)
+        _, checkpoint, layers = model_and_batches("softmax", overrides, soft)
         qk = [sequences_of(layer) for layer in layers]
         approx = approximation_rows(qk, own["approx"].split(","), [int(m) for m in own["features"].split(",")],
                                     fit_sequences=own["fit_sequences"], steps=own["fit_steps"], lr=own["fit_lr"],
