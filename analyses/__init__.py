@@ -1,6 +1,7 @@
-"""The seed papers' analyses that are not LRA training, one command each.
+"""The seed papers' analyses that are not LRA training, one command each: ``python -m analyses.<name>``.
 
 Each writes one record ``outputs/analyses/<name>/result.json`` (``kind: analysis``, one row per measured
-cell), its table ``results/tables/<name>.{md,csv}`` with the published figures beside ours, and a PNG.
-``python -m results`` rebuilds every analysis table from the records.
+cell) and a PNG, then asks ``python -m results`` for its table ``results/tables/<name>.{md,csv}`` with the
+published figures beside ours (``analyses.record.tabulate``); nothing here imports ``results``. The training
+runs an analysis needs are reused or trained by ``analyses._runs``.
 """

@@ -9,25 +9,25 @@ The paper's widths are 128 and 192 at m = 256; ours are narrower (``--widths``),
 1500 steps by default (``--features``, ``--steps``), so that the whole command fits in about 15 minutes on 2
 CPU cores. The rows keep the paper's setting names (``width128`` = our narrow, ``width192`` = our wide) so the
 published accuracy sits beside ours. Each run is an ordinary ``run.py`` run (own folder,
-``result.json``, checkpoints, resumable); a completed run is reused when the command is repeated.
+``result.json``, checkpoints, resumable), reused or trained by ``analyses._runs``: its folder is named by its
+whole config, so a repeated command reuses it and a changed setting (``--steps``, ``--lr``, an override) trains
+its own.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from lra.config import compose
 
+from ._runs import run_folder, train_all
 from .plotting import pyplot, save
-from .record import ANALYSIS_ROOT, write_analysis_record
+from .record import ANALYSIS_ROOT, tabulate, write_analysis_record
 
 NAME = "ar_ablation"
 QUICK = ["task.max_steps=20", "task.eval_every=10", "task.data.train=256", "task.data.val=64",
@@ -47,7 +47,7 @@ def settings(features: int, widths: tuple[int, int], degrees: tuple[int, ...]) -
 
 
 def run_label(row: dict[str, Any], seed: int) -> str:
-    """Folder name of one training run; the same (method, options, width, seed) shares one run."""
+    """Name of one training run; the same (method, options, width, seed) shares one run."""
     options = "_".join(f"{k}{v}" for k, v in sorted(row["options"].items()))
     return f"{row['method']}_{options}_d{row['d']}_seed{seed}"
 
@@ -60,24 +60,6 @@ def run_config(row: dict[str, Any], seed: int, extra: list[str]) -> dict[str, An
     cfg = compose(overrides)
     cfg["analysis"] = NAME  # results.collect leaves runs of an analysis to its own table
     return cfg
-
-
-def train_one(cfg: dict[str, Any], run_dir: str, threads: int) -> dict[str, Any]:
-    """One training run in a worker process; returns its record (reused when already completed)."""
-    import torch
-
-    from lra.train import run
-
-    record_path = Path(run_dir) / "result.json"
-    if record_path.exists():
-        old = json.loads(record_path.read_text())
-        if old.get("status") == "completed" and old.get("config") == cfg:
-            return old
-    torch.set_num_threads(threads)
-    try:
-        return run(cfg, Path(run_dir))
-    except Exception as err:  # the record says failed; the other runs go on
-        return {"status": "failed", "error": f"{type(err).__name__}: {err}", "metrics": {}}
 
 
 def summarise(rows: list[dict[str, Any]], records: dict[str, list[dict[str, Any]]], m: int) -> list[dict]:
@@ -130,26 +112,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from results.analyses import write_analysis_tables
-
-    args = parse_args(argv)
-    started = time.time()
+def plan(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[str], dict[str, tuple[dict, Path]]]:
+    """The table's rows, the overrides every run shares, and each training run: ``label: (config, folder)``."""
     schedule = [f"task.max_steps={args.steps}", f"task.optim.lr={args.lr}", "task.optim.warmup_steps=100"]
     extra = [*schedule, *(QUICK if args.quick else []), *args.overrides]
     rows = settings(args.features, tuple(args.widths), tuple(args.degrees))
     runs_dir = Path(args.out_root) / NAME / "runs"
-    jobs: dict[str, tuple[dict, str]] = {}
+    jobs: dict[str, tuple[dict, Path]] = {}
     for row in rows:
         row["key"] = run_label(row, 0)
         for seed in range(args.seeds):
             label = run_label(row, seed)
-            jobs.setdefault(label, (run_config(row, seed, extra), str(runs_dir / label)))
-    print(f"{len(jobs)} training runs under {runs_dir}, {args.jobs} at a time", file=sys.stderr)
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {label: pool.submit(train_one, cfg, run_dir, 1) for label, (cfg, run_dir) in jobs.items()}
-        done = {label: future.result() for label, future in futures.items()}
+            if label not in jobs:
+                cfg = run_config(row, seed, extra)
+                jobs[label] = (cfg, run_folder(runs_dir, label, cfg))
+    return rows, extra, jobs
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.time()
+    rows, extra, jobs = plan(args)
+    print(f"{len(jobs)} training runs under {Path(args.out_root) / NAME / 'runs'}, {args.jobs} at a time",
+          file=sys.stderr)
+    done = train_all(jobs, args.jobs)
     records = {row["key"]: [done[run_label(row, s)] for s in range(args.seeds)] for row in rows}
     table = summarise(rows, records, args.features)
     failed = sorted(label for label, record in done.items() if record.get("status") != "completed")
@@ -161,8 +147,7 @@ def main(argv: list[str] | None = None) -> int:
               "degrees": list(args.degrees), "overrides": extra, "runs": sorted(jobs)}
     path = write_analysis_record(NAME, table, keys=["setting", "method", "p"], config=config, started=started,
                                  published="llops_ar_ablation", out_root=args.out_root, notes=notes)
-    record = json.loads(path.read_text())
-    written = write_analysis_tables(NAME, record, args.tables)
+    written = tabulate(NAME, path, args.tables)
     written.append(plot(table, Path(args.tables) / f"{NAME}.png"))
     print(Path(written[1]).read_text())
     print(f"record: {path}\nwrote {', '.join(map(str, written))}", file=sys.stderr)

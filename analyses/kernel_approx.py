@@ -2,7 +2,8 @@
 
 ``python -m analyses.kernel_approx [--quick] [--features 64] [--depth 4] [--fit-steps 3000] [--out-root ...]``
 
-1. Trains (or reuses) a causal softmax model on ``task=ar`` (run dir ``<out-root>/kernel_approx/model``).
+1. Trains (or reuses) a causal softmax model on ``task=ar`` (run dir ``<out-root>/kernel_approx/model-<digest>``,
+   ``analyses._runs``).
 2. Captures every layer's q, k ``(H, N, head_dim)`` on fresh AR sequences (a data seed no split uses), per head,
    each head's vectors scaled by their RMS norm on the fit sequences; the first sequences give the fit vectors,
    the rest the held-out ones.
@@ -15,8 +16,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import statistics
 import sys
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 from torch import Tensor
 
@@ -34,11 +34,12 @@ from lra.record import write_json_atomic
 from lra.tasks import ar
 
 from . import _kernel_maps as maps
+from ._runs import run_folder, train_or_reuse
 from .plotting import pyplot, save
-from .record import ANALYSIS_ROOT, write_analysis_record
+from .record import ANALYSIS_ROOT, REPO, tabulate, write_analysis_record
 
 NAME = "kernel_approx"
-PUBLISHED = "llops_rmae_table"
+PUBLISHED = "llops_rmae_table"  # results/reference/<PUBLISHED>.csv
 METHODS = ("polysketch_random", "mlp_2layer", "llops", "svd_rank_m")
 MODEL = ["model.dim=64", "model.ffn_dim=128", "model.heads=2", "model.dropout=0.0", "task.max_steps=1000",
          "task.eval_every=250", "task.optim.lr=3e-3", "task.optim.warmup_steps=100"]
@@ -71,21 +72,6 @@ def model_config(depth: int, quick: bool) -> dict[str, Any]:
     cfg = compose(overrides)
     cfg["analysis"] = NAME  # results.collect leaves runs of an analysis to its own table
     return cfg
-
-
-def train_or_reuse(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """The run's record; a completed run with the same config is reused, one with another config is replaced."""
-    from lra.train import run
-
-    record_path = run_dir / "result.json"
-    if record_path.exists():
-        old = json.loads(record_path.read_text(encoding="utf-8"))
-        if old.get("status") == "completed" and old.get("config") == cfg:
-            return old
-        if old.get("config") != cfg:
-            print(f"{run_dir}: config changed, training again", file=sys.stderr)
-            shutil.rmtree(run_dir)  # its checkpoints belong to another model
-    return run(cfg, run_dir)
 
 
 def load_model(cfg: dict[str, Any], record: dict[str, Any]) -> ar.LitModule:
@@ -196,9 +182,7 @@ def table_rows(cells: dict[tuple[int, int], dict[str, dict[str, float]]], layers
 
 def plot(rows: list[dict[str, Any]], layers: list[int], path: Path) -> Path:
     """RMAE per method at the first, middle and last layer (log y), ours solid and published dashed, per p."""
-    from results.analyses import load_published
-
-    published, _ = load_published(PUBLISHED)
+    published = pd.read_csv(REPO / "results" / "reference" / f"{PUBLISHED}.csv", comment="#")
     plt = pyplot()
     degrees = sorted({r["p"] for r in rows})
     fig, axes = plt.subplots(1, len(degrees), figsize=(4.5 * len(degrees) + 1.5, 3.6), squeeze=False)
@@ -269,15 +253,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from results.analyses import write_analysis_tables
-
     args = parse_args(argv)
     started = time.time()
     fit = QUICK_FIT if args.quick else FitSettings()
     fit = replace(fit, steps=args.fit_steps) if args.fit_steps else fit
     cfg = model_config(args.depth, args.quick)
     out = Path(args.out_root) / NAME
-    record = train_or_reuse(cfg, out / ("model_quick" if args.quick else "model"))
+    record = train_or_reuse(cfg, run_folder(out, "model", cfg))
     seq_len = int(cfg["task"]["seq_len"])
     captured = capture_qk(load_model(cfg, record), capture_tokens(cfg, fit.fit_sequences + fit.heldout_sequences))
     layers = [0, args.depth // 2, args.depth - 1]
@@ -293,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json_atomic(path.parent / "cells.json", [{"p": p, "layer": layer, "method": method, **values}
                                                    for (p, layer), cell in cells.items()
                                                    for method, values in cell.items()])
-    written = write_analysis_tables(NAME, json.loads(path.read_text(encoding="utf-8")), args.tables)
+    written = tabulate(NAME, path, args.tables)
     written.append(plot(rows, layers, Path(args.tables) / f"{NAME}.png"))
     print(Path(written[1]).read_text(encoding="utf-8"))
     print(f"record: {path}\nwrote {', '.join(map(str, written))}", file=sys.stderr)

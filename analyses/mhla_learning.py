@@ -35,8 +35,7 @@ from analyses._mhla_data import (
 from analyses._mhla_model import fit_mhla, identifiability_certificate
 from analyses._mhla_report import memory_notes, plot_memory, plot_teacher, summarize, teacher_notes
 from analyses._mhla_training import CoefficientModel, MHLAStack, Summary, normalised_mse, train_adamw
-from analyses.record import ANALYSIS_ROOT, write_analysis_record
-from results.analyses import write_analysis_tables
+from analyses.record import ANALYSIS_ROOT, tabulate, write_analysis_record
 
 TEACHER, MEMORY = "mhla_teacher", "mhla_memory"
 CONVEX = "Alg. 1 (convex)"
@@ -162,7 +161,7 @@ def write(name: str, rows: list[dict], cells: list[dict], keys: list[str], cfg: 
     path = write_analysis_record(name, rows, keys=keys, config=asdict(cfg), started=started, published=None,
                                  out_root=args.out_root, notes=notes)
     (path.parent / "cells.json").write_text(json.dumps(cells, indent=1), encoding="utf-8")
-    tables = write_analysis_tables(name, json.loads(path.read_text(encoding="utf-8")), args.tables)
+    tables = tabulate(name, path, args.tables)
     return [path, path.parent / "cells.json", *tables, plot(cells, cfg, Path(args.tables) / f"{name}.png")]
 
 

@@ -18,7 +18,6 @@ the factor alone, ``phi(Q) phi(K)^T`` against ``(Q K^T)^2`` on the unit rows (N 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import time
@@ -38,11 +37,10 @@ from analyses._poly_features import (
     tensor_product_features,
 )
 from analyses.plotting import pyplot, save
-from analyses.record import ANALYSIS_ROOT, write_analysis_record
+from analyses.record import ANALYSIS_ROOT, tabulate, write_analysis_record
 from attention_zoo.kernel import causal_products, kernel_attention, naive_normalized_attention
 from attention_zoo.slay import laguerre_nodes, positive_random_features, quadrature_yat_kernel
 from attention_zoo.yat import naive_yat, unit
-from results.analyses import write_analysis_tables
 
 NAME = "slay_poly_factor"
 PUBLISHED = "slay_poly_approx_table"
@@ -347,9 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     path = write_analysis_record(NAME, rows, keys=["method"], config={**asdict(cfg), "exact_yat_latency_ms": exact_ms},
                                  started=started, published=PUBLISHED, out_root=args.out_root,
                                  notes=notes(rows, cfg, exact_ms))
-    record = json.loads(path.read_text(encoding="utf-8"))
-    record["rows"] = [{column: row.get(column) for column in COLUMNS} for row in record["rows"]]
-    tables = write_analysis_tables(NAME, record, args.tables)
+    tables = tabulate(NAME, path, args.tables)
     sweep = [{"kind": "attention", **c} for c in attention_points] + [{"kind": "poly", **pt} for pt in poly_points]
     pd.DataFrame(sweep).drop(columns="times").to_csv(path.parent / "sweep.csv", index=False)
     png = plot(poly_points, attention_points, cfg, Path(args.tables) / f"{NAME}.png")

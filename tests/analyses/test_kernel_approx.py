@@ -99,7 +99,7 @@ def test_quick_command_writes_record_table_and_png_and_reuses_the_model(tmp_path
     out, tables = tmp_path / "out", tmp_path / "tables"
     argv = ["--quick", "--depth", "3", "--features", "8", "--out-root", str(out), "--tables", str(tables)]
     assert kernel_approx.main(argv) == 0
-    model_record = out / "kernel_approx" / "model_quick" / "result.json"
+    [model_record] = (out / "kernel_approx").glob("model-*/result.json")
     first = json.loads(model_record.read_text(encoding="utf-8"))
     assert first["status"] == "completed" and first["config"]["analysis"] == "kernel_approx"
     record = json.loads((out / "kernel_approx" / "result.json").read_text(encoding="utf-8"))

@@ -1,0 +1,60 @@
+"""The training runs an analysis needs: the one way to reuse a completed run or train it.
+
+A run's folder is ``<root>/<label>-<digest>``, the digest taken over its whole resolved config, so any changed
+setting (steps, learning rate, an extra override) gets a folder of its own and can never resume another
+setting's checkpoint, while the same setting asked for again finds its run: ``lra.train.run`` returns a
+completed record as it is and resumes an interrupted one from its ``last.ckpt``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from lra.record import RunRecord, completed_record
+
+
+def run_folder(root: str | Path, label: str, cfg: dict[str, Any]) -> Path:
+    """``<root>/<label>-<first 12 hex digits of the SHA-256 of the config as sorted JSON>``."""
+    digest = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return Path(root) / f"{label}-{digest}"
+
+
+def train_or_reuse(cfg: dict[str, Any], run_dir: Path, threads: int | None = None) -> RunRecord:
+    """The completed record in ``run_dir`` when its config is ``cfg``, else the record of training it there.
+
+    Raises what the training raises, and ``RuntimeError`` when ``run_dir`` holds a completed run of another
+    config (a folder copied or renamed by hand).
+    """
+    previous = completed_record(run_dir)
+    if previous is not None and previous.get("config") != cfg:
+        raise RuntimeError(f"{run_dir} holds a completed run of another config; move it away")
+    if previous is not None:
+        return previous
+    import torch
+
+    from lra.train import run
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return run(cfg, Path(run_dir))
+
+
+def _train_or_fail(cfg: dict[str, Any], run_dir: str) -> RunRecord | dict[str, Any]:
+    """One run in a worker process; a failure becomes a ``failed`` record so that the other runs go on."""
+    try:
+        return train_or_reuse(cfg, Path(run_dir), threads=1)
+    except Exception as err:
+        return {"status": "failed", "error": f"{type(err).__name__}: {err}", "metrics": {}}
+
+
+def train_all(jobs: dict[str, tuple[dict[str, Any], Path]], workers: int) -> dict[str, RunRecord | dict[str, Any]]:
+    """Every ``label: (config, run folder)`` reused or trained, ``workers`` at a time with one thread each."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {label: pool.submit(_train_or_fail, cfg, str(run_dir)) for label, (cfg, run_dir) in jobs.items()}
+        return {label: future.result() for label, future in futures.items()}

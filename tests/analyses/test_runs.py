@@ -1,0 +1,44 @@
+"""One way to reuse or train an analysis's runs: a changed setting never lands in another setting's folder."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analyses import _runs, ar_ablation
+
+BASE = ["--seeds", "2"]  # not --quick: its own max_steps would hide --steps
+
+
+def planned(tmp_path, *argv: str) -> dict[str, tuple[dict, object]]:
+    return ar_ablation.plan(ar_ablation.parse_args([*BASE, "--out-root", str(tmp_path), *argv]))[2]
+
+
+@pytest.mark.parametrize("changed", [["--steps", "7"], ["--lr", "0.01"], ["model.dropout=0.2"]],
+                         ids=["steps", "lr", "override"])
+def test_a_changed_setting_cannot_resume_another_settings_checkpoint(tmp_path, changed):
+    base = planned(tmp_path)
+    for _, run_dir in base.values():  # every run of the base setting was interrupted after a validation
+        (run_dir / "checkpoints").mkdir(parents=True)
+        (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"base setting")
+    other = planned(tmp_path, *changed)
+    assert base.keys() == other.keys()
+    for label, (cfg, run_dir) in other.items():
+        assert run_dir != base[label][1] and cfg != base[label][0]
+        assert not (run_dir / "checkpoints" / "last.ckpt").exists()
+
+
+def test_the_same_setting_finds_its_runs_again(tmp_path):
+    assert planned(tmp_path) == planned(tmp_path)
+    assert len({run_dir for _, run_dir in planned(tmp_path).values()}) == len(planned(tmp_path))
+
+
+def test_a_completed_run_is_reused_only_under_its_own_config(tmp_path):
+    cfg, run_dir = next(iter(planned(tmp_path).values()))
+    run_dir.mkdir(parents=True)
+    record = {"task": "ar", "attention": "llops", "seed": 0, "status": "completed", "config": cfg}
+    (run_dir / "result.json").write_text(json.dumps(record))
+    assert _runs.train_or_reuse(cfg, run_dir) == record
+    with pytest.raises(RuntimeError, match="another config"):
+        _runs.train_or_reuse({**cfg, "seed": 1}, run_dir)
