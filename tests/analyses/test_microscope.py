@@ -156,3 +156,19 @@ def test_table_has_both_parts(tmp_path):
     assert "## Trained models" in text and "## Approximation" in text and "| m=16 |" in text
     assert "llops (fitted)" in text and "![microscope.png](microscope.png)" in text and "- a note" in text
     assert tmp_path / "tables" / "microscope.png" in written
+
+
+def test_python_m_results_renders_the_microscope_record(tmp_path):
+    import time
+
+    from analyses.record import write_analysis_record
+    from results.__main__ import main as results_main
+
+    rows = [{"mode": "approx", "mechanism": "performer", "variant": "no fit", "size": 16, "features": 16,
+             "layer": 0, "rel_error": 0.5}]
+    path = write_analysis_record("microscope", rows, keys=["mode", "mechanism"], config={"top_k": 8},
+                                 started=time.time(), out_root=tmp_path / "records")
+    (path.parent / "microscope_approx.png").write_bytes(b"png")
+    results_main([str(tmp_path / "records"), "--out", str(tmp_path / "tables")])
+    text = (tmp_path / "tables" / "microscope.md").read_text()
+    assert "performer (no fit)" in text and (tmp_path / "tables" / "microscope_approx.png").is_file()
