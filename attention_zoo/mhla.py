@@ -10,7 +10,7 @@ over real keys ``j`` (and ``j <= i`` when causal). ``scale="length"`` divides by
 real keys summed (all of them, or those up to ``i`` when causal): the practical scaling of
 ATTENTION_ZOO.md section 14 that keeps magnitudes independent of the length (the paper's sums grow
 with ``n``); ``scale="none"`` is the paper's raw sum. Causal form: chunked prefix sums of ``k_j v_j^T``.
-The paper's own parametrisation (``V_h, Q_h`` acting on ``Z``) and Algorithm 1 are in ``_mhla_model.py``.
+The paper's own parametrisation (``V_h, Q_h`` acting on ``Z``) and Algorithm 1 are in ``analyses/_mhla_model.py``.
 """
 
 from __future__ import annotations
