@@ -1,0 +1,45 @@
+"""The step-memory benchmark's code paths on toy sizes (no memory or time is asserted)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from benchmarks import step_memory
+
+
+def test_default_attentions_are_the_zoos_linear_time_mechanisms():
+    names = step_memory.attention_zoo.available()
+    assert {"llops", "linear", "nystrom", "performer"} <= set(names) - step_memory.QUADRATIC
+    assert step_memory.QUADRATIC <= set(names)
+
+
+def test_peak_probe_reads_this_process():
+    assert step_memory.peak_bytes() >= (step_memory.status_bytes("VmRSS") or 0) > 0
+
+
+def test_fit_scales_the_steps_memory_to_the_judged_batch():
+    row = {"status": "ok", "batch": 8, "rss_before_mb": 500.0, "step_peak_mb": 800.0}
+    fitted = step_memory.with_fit(row, 32, 4.0)
+    assert fitted["peak_at_fit_mb"] == pytest.approx(500 + 4 * 800) and fitted["fits"] and fitted["extrapolated"]
+    assert not step_memory.with_fit({**row, "step_peak_mb": 1000.0}, 32, 4.0)["fits"]  # 4,500 MiB
+    assert not step_memory.with_fit({"status": "timeout after 1 s"}, 32, 4.0)["fits"]
+
+
+def test_each_cell_runs_in_a_fresh_process(tmp_path, capsys):
+    code = step_memory.main(["--tasks", "retrieval", "--attentions", "linear", "llops", "--batch", "2",
+                             "--out", str(tmp_path), "experiment=quick"])
+    assert code == 0
+    frame = pd.read_csv(tmp_path / "step_memory.csv")
+    assert list(frame.attention) == ["linear", "llops"] and (frame.status == "ok").all()
+    assert (frame.length == 256).all() and (frame.batch == 2).all() and frame.extrapolated.all()
+    assert frame.peak_rss_mb.tolist() == pytest.approx((frame.rss_before_mb + frame.step_peak_mb).tolist())
+    assert "2 of 2 cells fit" in capsys.readouterr().out
+
+
+def test_a_cell_over_the_guard_is_reported_not_raised(tmp_path):
+    code = step_memory.main(["--tasks", "retrieval", "--attentions", "linear", "--batch", "2", "--guard-gib", "0.3",
+                             "--out", str(tmp_path), "experiment=quick"])
+    assert code == 0
+    row = pd.read_csv(tmp_path / "step_memory.csv").iloc[0]
+    assert row.status.startswith(("over the 0.3 GiB guard", "failed")) and not row.fits
