@@ -6,7 +6,8 @@ Other ``key=value`` words are Hydra overrides as for ``run.py`` (``experiment=qu
 ``checkpoint`` (one attention's Lightning checkpoint; else a finished run of the composed config is reused, or a
 model trained), ``mode`` (``trained``, ``approx`` or ``both``), ``batches``, ``batch_size`` (validation batches
 captured), ``top_k``, ``approx`` (mechanisms), ``features`` (sizes m), ``fit_sequences``, ``fit_steps``,
-``fit_lr``, ``out`` (records), ``models`` (where models are trained and looked for).
+``fit_lr``, ``out`` (records), ``models`` (where models are trained and looked for), ``tables`` (where
+``python -m results`` renders the record; empty: not rendered).
 
 trained: each trained model's q, k, v per layer are captured on validation batches; per sequence (real tokens)
 and head the mechanism's implicit matrix (its ``naive`` oracle, ``_microscope_capture``) is compared with
@@ -40,11 +41,12 @@ from ._microscope_models import (
     run_accuracy,
     validation_batches,
 )
-from .record import ANALYSIS_ROOT, write_analysis_record
+from .record import ANALYSIS_ROOT, tabulate, write_analysis_record
 
 OWN = {"checkpoint": None, "mode": "both", "batches": 2, "batch_size": 16, "top_k": 8,
        "approx": ",".join(DEFAULT_APPROXIMATORS), "features": "16,32,64", "fit_sequences": 8, "fit_steps": 100,
-       "fit_lr": 1e-2, "out": str(ANALYSIS_ROOT), "models": str(MODELS)}
+       "fit_lr": 1e-2, "out": str(ANALYSIS_ROOT), "models": str(MODELS),
+       "tables": "results/tables"}
 MODES = ("trained", "approx", "both")
 NOTES = [
     "trained: each row averages over the captured validation sequences (real tokens only); `_softmax` columns "
@@ -165,6 +167,9 @@ def main(argv: list[str] | None = None) -> Path:
     keys = ["mode", "attention", "mechanism", "variant", "size", "layer", "head"]
     path = write_analysis_record(NAME, rows, keys=keys, config=config, started=started, out_root=out, notes=NOTES)
     print(f"microscope: wrote {path}", file=sys.stderr)
+    if own["tables"]:
+        written = tabulate(NAME, path, own["tables"])
+        print(f"microscope: wrote {', '.join(map(str, written))}", file=sys.stderr)
     return path
 
 
