@@ -9,6 +9,10 @@ O(n k d) time and memory. As an explicit ``n x n`` weight matrix: ``W = softmax(
 ``k = 256``, ``N(0, 0.02^2)`` initialisation, one matrix per head; that port also shares E = F
 (``share_kv=True`` here) and shares it across layers (not done here). Not causal.
 
+Memory: ``E K`` is one matmul per head (a broadcast one would copy ``E`` per sequence), and the
+``n x k`` weights are computed for blocks of query rows and recomputed in the backward pass
+(``_recomputed_softmax``), so a training step keeps ``O(n d + k d)`` per head, not ``O(n k)``.
+
 ``dropout`` is LRA's attention dropout: ``lra_benchmarks/models/linformer/linformer_attention.py`` passes
 ``attention_dropout_rate`` to flax's ``dot_product_attention`` on the projected keys, which drops the
 ``n x k`` softmax weights ``softmax(Q (E K)^T / sqrt(d))`` in training; so do we (``local.attention_dropout``,
@@ -17,11 +21,14 @@ each weight named by its query position and projection row). The PyTorch port ha
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import Tensor, nn
 
 from ._attention_dropout import attention_dropout, check_dropout, dropout_seed
 from ._blocks import real_tokens, refuse_causal, scaled_scores
+from ._recomputed_softmax import block_backward, block_forward, rows_per_block
 from .kernel import float32_region
 from .registry import register
 
@@ -38,6 +45,56 @@ def naive_linformer(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | 
     logits = scores @ proj_k[:, :, :n].float().transpose(-1, -2)  # (B, H, N, k)
     weights = logits.softmax(-1) @ proj_v[:, :, :n].float()  # (B, H, N, N)
     return (weights @ (v.float() * real)).to(v.dtype)
+
+
+def _project(proj: Tensor, x: Tensor) -> Tensor:
+    """``E x``: ``(H, k, N)`` times ``(B, H, N, D)`` -> ``(B, H, k, D)``, one matmul per head.
+
+    A broadcast ``proj @ x`` would copy ``E`` once per sequence (``B x H x k x N``, kept for backward).
+    """
+    b, h, n, d = x.shape
+    flat = x.permute(1, 2, 0, 3).reshape(h, n, b * d)  # (H, N, B D)
+    return (proj @ flat).view(h, -1, b, d).permute(2, 0, 1, 3)
+
+
+class _ProjectedAttention(torch.autograd.Function):
+    """``drop(softmax(q keys^T / sqrt(d))) values`` over blocks of query rows, the ``(B, H, N, k)`` weights
+    recomputed in backward (``_recomputed_softmax``); dropout names weights by query row and key row."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, keys: Tensor, values: Tensor, p: float, seed: int | None) -> Tensor:
+        ctx.save_for_backward(q, keys, values)
+        ctx.p, ctx.seed = p, seed
+        out = torch.empty_like(q)
+        for rows, drop in _ProjectedAttention.blocks(q, keys, p, seed):
+            out[:, :, rows] = block_forward(q[:, :, rows], keys, values, q.shape[-1] ** -0.5, None, drop)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        q, keys, values = ctx.saved_tensors
+        grad_q, grad_k, grad_v = torch.empty_like(q), torch.zeros_like(keys), torch.zeros_like(values)
+        for rows, drop in _ProjectedAttention.blocks(q, keys, ctx.p, ctx.seed):
+            dq, dk, dv = block_backward(q[:, :, rows], keys, values, grad_out[:, :, rows], q.shape[-1] ** -0.5,
+                                        None, drop)
+            grad_q[:, :, rows] = dq
+            grad_k += dk
+            grad_v += dv
+        return grad_q, grad_k, grad_v, None, None
+
+    @staticmethod
+    def blocks(q: Tensor, keys: Tensor, p: float, seed: int | None):
+        """``(rows, drop)`` per block of query rows: a slice and its dropout (None without)."""
+        b, h, n, _ = q.shape
+        size = rows_per_block(n, b * h, keys.shape[-2], q.element_size())
+        cols = torch.arange(keys.shape[-2], device=q.device)
+        for start in range(0, n, size):
+            rows = slice(start, min(start + size, n))
+            drop = None
+            if seed is not None:
+                query_pos = torch.arange(rows.start, rows.stop, device=q.device)[:, None]
+                drop = partial(attention_dropout, p=p, seed=seed, query_pos=query_pos, key_pos=cols)
+            yield rows, drop
 
 
 @register("linformer")
@@ -79,13 +136,9 @@ class LinformerAttention(nn.Module):
         proj_k, proj_v = (p[:, :, :n].float() for p in self.projections())
         with float32_region(v):
             real = real_tokens(key_padding_mask, q)[:, None, :, None].float()
-            keys = proj_k @ (k.float() * real)  # (B, H, k, D)
-            values = proj_v @ (v.float() * real)
-            probs = scaled_scores(q, keys).softmax(-1)  # (B, H, N, k)
-            if self.training and self.dropout > 0:
-                rows, cols = torch.arange(n, device=q.device)[:, None], torch.arange(self.proj_dim, device=q.device)
-                probs = attention_dropout(probs, self.dropout, dropout_seed(), rows, cols)
-            out = probs @ values
+            keys, values = _project(proj_k, k.float() * real), _project(proj_v, v.float() * real)  # (B, H, k, D)
+            seed = dropout_seed() if self.training and self.dropout > 0 else None
+            out = _ProjectedAttention.apply(q.float(), keys, values, self.dropout, seed)
         return out.to(v.dtype)
 
     def naive(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:

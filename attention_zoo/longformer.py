@@ -10,7 +10,9 @@ attend to every key and every query attends to them:
 LRA's JAX mask is 255 left + self + 256 right for window 512, and sets no global tokens (global_mask None):
 hence ``num_global = 0`` by default; set 1 to make the first (CLS) token global as in the paper.
 Fast form: query chunks of ``chunk_size`` rows against the ``chunk_size + 2w`` keys around them, plus
-``g`` global key columns and ``g`` full global rows: O(n (c + 2w + g) d) time and O(n (c + 2w)) memory.
+``g`` global key columns and ``g`` full global rows: O(n (c + 2w + g) d) time. The chunks' weights are
+computed a block of chunks at a time and recomputed in the backward pass (``_recomputed_softmax``), so a
+training step keeps O(n d) per head for backward, not the O(n (c + 2w)) weights, softmax and masks.
 
 ``dropout`` is LRA's attention dropout: ``_get_attention_result`` in
 ``lra_benchmarks/models/longformer/longformer_attention.py`` hands ``attention_dropout_rate`` to flax's
@@ -30,12 +32,15 @@ multiple of ``window`` (its model pads); this module takes any ``n``.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._attention_dropout import attention_dropout, check_dropout, dropout_seed
 from ._blocks import explicit_attention, masked_softmax, pad_tokens, real_tokens, scaled_scores
+from ._recomputed_softmax import block_backward, block_forward, rows_per_block
 from .kernel import float32_region
 from .registry import register
 
@@ -52,15 +57,90 @@ def naive_longformer(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor |
     return explicit_attention(scaled_scores(q, k), allowed, v).to(v.dtype)
 
 
-def _windows(x: Tensor, side: int, chunk: int, length: int) -> Tensor:
-    """``(B, H, N, D)`` -> ``(B, H, M, chunk + 2 side, D)``: the keys around each chunk of queries."""
-    padded = F.pad(x, (0, 0, side, length - x.shape[-2] + side))
-    return padded.unfold(2, chunk + 2 * side, chunk).transpose(-1, -2)
+class _Plan:
+    """What the blocks of chunks of one call share: the module's options, masks, dropout seed, block size."""
+
+    def __init__(self, module: "LongformerAttention", real: Tensor, m: int, g: int, seed: int | None):
+        self.module, self.real, self.m, self.g, self.seed = module, real, m, g, seed
+        self.side, self.chunk = module.window // 2, module.chunk_size
+        self.width = self.chunk + 2 * self.side
+        self.key_real = F.pad(real, (self.side, m * self.chunk - real.shape[-1] + self.side))  # (B, M c + 2w)
+
+    def blocks(self, q: Tensor):
+        """``(first, last)`` chunk ranges whose ``(B, H, M', c, W + g)`` weights fit ``BLOCK_BYTES``."""
+        size = rows_per_block(self.m, q.shape[0] * q.shape[1] * self.chunk, self.width + self.g, q.element_size())
+        return [(first, min(first + size, self.m)) for first in range(0, self.m, size)]
+
+    def keys(self, x: Tensor, x_global: Tensor, first: int, last: int) -> Tensor:
+        """``(B, H, M', W + g, D)``: the window of each chunk ``first..last - 1`` then the global keys."""
+        span = x[:, :, first * self.chunk:last * self.chunk + 2 * self.side]
+        windows = span.unfold(2, self.width, self.chunk).transpose(-1, -2)
+        if not self.g:
+            return windows
+        return torch.cat([windows, x_global[:, :, None].expand(-1, -1, last - first, -1, -1)], -2)
+
+    def fold(self, grad: Tensor, into: Tensor, into_global: Tensor, first: int, last: int) -> None:
+        """Adds the gradient of ``keys(x, x_global, first, last)`` to ``into`` and ``into_global``."""
+        span = into[:, :, first * self.chunk:last * self.chunk + 2 * self.side]
+        windows = grad[..., :self.width, :].transpose(-1, -2)
+        span += torch.ops.aten.unfold_backward(windows, list(span.shape), 2, self.width, self.chunk)
+        if self.g:
+            into_global += grad[..., self.width:, :].sum(2)
+
+    def allowed(self, first: int, last: int) -> Tensor:
+        """``(B, 1, M', c, W + g)``."""
+        allowed = self.module._band(self.key_real, first, last, self.g)
+        if self.g:
+            allowed = torch.cat([allowed, self.module._to_global(self.real, first, last, self.g)], -1)
+        return allowed[:, None]
+
+    def drop(self, first: int, last: int):
+        if self.seed is None:
+            return None
+        return self.module._drop(self.seed, first, last, self.g, self.real.device)
+
+
+class _BandAttention(torch.autograd.Function):
+    """The chunks' banded (and global-column) softmax attention, ``(B, H, M c, D)``, over blocks of chunks
+    whose weights are recomputed in backward (``_recomputed_softmax``)."""
+
+    @staticmethod
+    def forward(ctx, queries: Tensor, keys: Tensor, values: Tensor, keys_global: Tensor, values_global: Tensor,
+                plan: _Plan) -> Tensor:
+        ctx.save_for_backward(queries, keys, values, keys_global, values_global)
+        ctx.plan = plan
+        chunk, scale = plan.chunk, queries.shape[-1] ** -0.5
+        out = torch.empty_like(queries)
+        for first, last in plan.blocks(queries):
+            q = queries[:, :, first * chunk:last * chunk].unflatten(2, (last - first, chunk))
+            k, v = plan.keys(keys, keys_global, first, last), plan.keys(values, values_global, first, last)
+            block = block_forward(q, k, v, scale, plan.allowed(first, last), plan.drop(first, last))
+            out[:, :, first * chunk:last * chunk] = block.flatten(2, 3)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        queries, keys, values, keys_global, values_global = ctx.saved_tensors
+        plan = ctx.plan
+        chunk, scale = plan.chunk, queries.shape[-1] ** -0.5
+        grad_q = torch.empty_like(queries)
+        grad_k, grad_v = torch.zeros_like(keys), torch.zeros_like(values)
+        grad_kg, grad_vg = torch.zeros_like(keys_global), torch.zeros_like(values_global)
+        for first, last in plan.blocks(queries):
+            rows = slice(first * chunk, last * chunk)
+            q = queries[:, :, rows].unflatten(2, (last - first, chunk))
+            k, v = plan.keys(keys, keys_global, first, last), plan.keys(values, values_global, first, last)
+            dq, dk, dv = block_backward(q, k, v, grad_out[:, :, rows].unflatten(2, (last - first, chunk)), scale,
+                                        plan.allowed(first, last), plan.drop(first, last))
+            grad_q[:, :, rows] = dq.flatten(2, 3)
+            plan.fold(dk, grad_k, grad_kg, first, last)
+            plan.fold(dv, grad_v, grad_vg, first, last)
+        return grad_q, grad_k, grad_v, grad_kg, grad_vg, None
 
 
 @register("longformer")
 class LongformerAttention(nn.Module):
-    """Sliding-window attention with global tokens (see module docstring); chunked, O(n w) memory.
+    """Sliding-window attention with global tokens (see module docstring); chunked, recomputed in backward.
 
     ``dropout``: attention dropout on the weights in training (default 0: none), as
     ``lra_benchmarks/models/longformer/longformer_attention.py`` applies ``attention_dropout_rate``.
@@ -87,53 +167,45 @@ class LongformerAttention(nn.Module):
         seed = dropout_seed() if self.training and self.dropout > 0 else None
         with float32_region(v):
             q, k, v = q.float(), k.float(), v.float()
-            width = chunk + 2 * side
-            queries = pad_tokens(q, m * chunk).unflatten(2, (m, chunk))  # (B, H, M, c, D)
-            keys, values = _windows(k, side, chunk, m * chunk), _windows(v, side, chunk, m * chunk)
-            scores = (queries @ keys.transpose(-1, -2)) * q.shape[-1] ** -0.5  # (B, H, M, c, W)
-            allowed = self._band(real, m, g)  # (B, M, c, W)
-            if g:
-                to_global = (queries @ k[:, :, None, :g].transpose(-1, -2)) * q.shape[-1] ** -0.5
-                scores = torch.cat([scores, to_global], -1)  # (B, H, M, c, W + g)
-                allowed = torch.cat([allowed, self._to_global(real, m, g)], -1)
-            probs = masked_softmax(scores, allowed[:, None])
-            if seed is not None:
-                probs = self._drop(probs, seed, m, g)
-            out = probs[..., :width] @ values
-            if g:
-                out = out + probs[..., width:] @ v[:, :, None, :g]
-            out = out.flatten(2, 3)[:, :, :n]
+            queries = pad_tokens(q, m * chunk)  # (B, H, M c, D)
+            keys, values = (F.pad(x, (0, 0, side, m * chunk - n + side)) for x in (k, v))  # (B, H, M c + 2w, D)
+            plan = _Plan(self, real, m, g, seed)
+            out = _BandAttention.apply(queries, keys, values, k[:, :, :g], v[:, :, :g], plan)[:, :, :n]
             if g:
                 out = torch.cat([self._global_rows(q, k, v, real, g, seed), out[:, :, g:]], dim=2)
         return out.to(out_dtype)
 
-    def _drop(self, probs: Tensor, seed: int, m: int, g: int) -> Tensor:
-        """Dropout of the chunked weights ``(B, H, M, c, W + g)``, named by query and key positions."""
+    def _drop(self, seed: int, first: int, last: int, g: int, device: torch.device):
+        """Dropout of chunks ``first..last - 1``'s weights ``(B, H, M', c, W + g)``, named by query and key
+        positions."""
         side, chunk = self.window // 2, self.chunk_size
-        starts = torch.arange(m, device=probs.device)[:, None, None] * chunk  # (M, 1, 1)
-        query_pos = starts + torch.arange(chunk, device=probs.device)[:, None]  # (M, c, 1)
-        key_pos = starts + torch.arange(-side, chunk + side, device=probs.device)  # (M, 1, W)
-        key_pos = torch.cat([key_pos, torch.arange(g, device=probs.device).expand(m, 1, g)], -1)
-        return attention_dropout(probs, self.dropout, seed, query_pos, key_pos)
+        starts = torch.arange(first, last, device=device)[:, None, None] * chunk  # (M', 1, 1)
+        query_pos = starts + torch.arange(chunk, device=device)[:, None]  # (M', c, 1)
+        key_pos = starts + torch.arange(-side, chunk + side, device=device)  # (M', 1, W)
+        key_pos = torch.cat([key_pos, torch.arange(g, device=device).expand(last - first, 1, g)], -1)
+        return partial(attention_dropout, p=self.dropout, seed=seed, query_pos=query_pos, key_pos=key_pos)
 
-    def _band(self, real: Tensor, m: int, g: int) -> Tensor:
-        """``(B, M, c, c + 2w)``: query row r of chunk t may see window column s (non-global keys only)."""
+    def _band(self, key_real: Tensor, first: int, last: int, g: int) -> Tensor:
+        """``(B, M', c, c + 2w)``: query row r of chunk t (``first <= t < last``) may see window column s
+        (non-global keys only). ``key_real``: ``(B, M c + 2w)``, the real-token mask padded by w each side."""
         side, chunk = self.window // 2, self.chunk_size
-        rows = torch.arange(chunk, device=real.device)
-        cols = torch.arange(chunk + 2 * side, device=real.device)
+        rows = torch.arange(chunk, device=key_real.device)
+        cols = torch.arange(chunk + 2 * side, device=key_real.device)
         offset = cols[None, :] - side - rows[:, None]  # j - i
         band = offset.abs() <= side
         if self.causal:
             band = band & (offset <= 0)
-        key_pos = torch.arange(m, device=real.device)[:, None] * chunk + cols - side  # (M, W)
-        key_real = F.pad(real, (side, m * chunk - real.shape[-1] + side)).unfold(1, chunk + 2 * side, chunk)
-        return band & (key_pos >= g)[:, None, :] & key_real[:, :, None, :]
+        key_pos = torch.arange(first, last, device=key_real.device)[:, None] * chunk + cols - side  # (M', W)
+        windows = key_real[:, first * chunk:last * chunk + 2 * side].unfold(1, chunk + 2 * side, chunk)
+        return band & (key_pos >= g)[:, None, :] & windows[:, :, None, :]
 
-    def _to_global(self, real: Tensor, m: int, g: int) -> Tensor:
-        """``(B, M, c, g)``: every query may see the (real) global keys, when causal only earlier ones."""
-        allowed = real[:, None, None, :g].expand(-1, m, self.chunk_size, -1)
+    def _to_global(self, real: Tensor, first: int, last: int, g: int) -> Tensor:
+        """``(B, M', c, g)``: every query of chunks ``first..last - 1`` may see the (real) global keys, when
+        causal only earlier ones."""
+        allowed = real[:, None, None, :g].expand(-1, last - first, self.chunk_size, -1)
         if self.causal:
-            query_pos = torch.arange(m * self.chunk_size, device=real.device).view(m, self.chunk_size, 1)
+            query_pos = torch.arange(first * self.chunk_size, last * self.chunk_size,
+                                     device=real.device).view(last - first, self.chunk_size, 1)
             allowed = allowed & (query_pos >= torch.arange(g, device=real.device))
         return allowed
 

@@ -9,8 +9,10 @@ import torch
 import yaml
 
 import attention_zoo
+from attention_zoo import _recomputed_softmax
+from attention_zoo._attention_dropout import attention_dropout, dropout_seed
 from attention_zoo.softmax import naive_softmax
-from tests.conftest import assert_close
+from tests.conftest import assert_close, random_qkv_mask
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "attention"
 
@@ -58,3 +60,33 @@ def test_options_are_validated_and_yaml_lists_the_defaults():
     conf = yaml.safe_load((CONF / "linformer.yaml").read_text())
     assert conf.pop("name") == "linformer"
     assert conf == attention_zoo.options("linformer")
+
+
+def dense_linformer(attn, q, k, v, mask, p, seed):
+    """Autograd through the unblocked form, the ``n x k`` weights dropped as the module names them."""
+    n = q.shape[-2]
+    real = mask[:, None, :, None].float()
+    e, f = (x[:, :, :n] for x in attn.projections())
+    probs = torch.softmax((q.float() @ (e @ (k.float() * real)).transpose(-1, -2)) * q.shape[-1] ** -0.5, -1)
+    if seed is not None:
+        probs = attention_dropout(probs, p, seed, torch.arange(n)[:, None], torch.arange(attn.proj_dim))
+    return probs @ (f @ (v.float() * real))
+
+
+@pytest.mark.parametrize("block_bytes", [1, 5000, 2**30])
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_blocked_recomputing_form_matches_autograd_outputs_gradients_and_masks(monkeypatch, block_bytes, p):
+    monkeypatch.setattr(_recomputed_softmax, "BLOCK_BYTES", block_bytes)  # 1: one query row per block
+    attn = build(max_len=24, proj_dim=6, dropout=p).train()
+    q, k, v, mask = random_qkv_mask(2, 2, 21, 8, real=15)
+    inputs = [t.double().requires_grad_() for t in (q, k, v)]
+    torch.manual_seed(3)
+    out = attn(*inputs, mask)
+    torch.manual_seed(3)
+    ref = dense_linformer(attn, *inputs, mask, p, dropout_seed() if p else None)
+    assert_close(ref, out, ratio=1e-6)
+    grad = torch.randn_like(ref)
+    params = [*inputs, attn.proj_k, attn.proj_v]
+    for name, want, got in zip("q k v E F".split(), torch.autograd.grad(ref, params, grad),
+                               torch.autograd.grad(out, params, grad)):
+        assert_close(want, got, ratio=1e-5, what=name)

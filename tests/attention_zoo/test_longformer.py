@@ -9,6 +9,9 @@ import torch
 import yaml
 
 import attention_zoo
+from attention_zoo import _recomputed_softmax
+from attention_zoo._attention_dropout import attention_dropout, dropout_seed
+from attention_zoo._blocks import masked_softmax, scaled_scores
 from attention_zoo.longformer import naive_longformer
 from attention_zoo.softmax import naive_softmax
 from tests.conftest import assert_close, random_qkv_mask
@@ -81,3 +84,38 @@ def test_options_are_validated_and_yaml_lists_the_defaults():
     conf = yaml.safe_load((CONF / "longformer.yaml").read_text())
     assert conf.pop("name") == "longformer"
     assert conf == attention_zoo.options("longformer")
+
+
+def dense_longformer(q, k, v, mask, *, window, num_global, causal, p, seed):
+    """Autograd through the explicit ``(B, H, N, N)`` weights, dropped by query and key position as the
+    chunked form names them (band, global columns and global rows alike)."""
+    pos = torch.arange(q.shape[-2])
+    offset = pos[None, :] - pos[:, None]
+    allowed = (offset.abs() <= window // 2) | (pos[:, None] < num_global) | (pos[None, :] < num_global)
+    if causal:
+        allowed = allowed & (offset <= 0)
+    probs = masked_softmax(scaled_scores(q, k), allowed & mask[:, None, None, :])
+    if seed is not None:
+        probs = attention_dropout(probs, p, seed, pos[:, None], pos[None, :])
+    return probs @ v.float()
+
+
+@pytest.mark.parametrize("block_bytes", [1, 20000, 2**30])
+@pytest.mark.parametrize("p", [0.0, 0.3])
+@pytest.mark.parametrize("window, num_global, chunk, causal", [(6, 0, 4, False), (7, 3, 5, True), (10, 2, 32, False)])
+def test_blocked_recomputing_form_matches_autograd_outputs_gradients_and_masks(monkeypatch, block_bytes, p, window,
+                                                                                num_global, chunk, causal):
+    monkeypatch.setattr(_recomputed_softmax, "BLOCK_BYTES", block_bytes)  # 1: one chunk per block
+    attn = build(window=window, num_global=num_global, chunk_size=chunk, causal=causal, dropout=p).train()
+    q, k, v, mask = qkv_mask()
+    inputs = [t.double().requires_grad_() for t in (q, k, v)]
+    torch.manual_seed(5)
+    out = attn(*inputs, mask)
+    torch.manual_seed(5)
+    ref = dense_longformer(*inputs, mask, window=window, num_global=num_global, causal=causal, p=p,
+                           seed=dropout_seed() if p else None)
+    keep = mask[:, None, :, None].expand_as(ref)  # pad queries attend freely in neither form
+    assert_close(ref[keep], out[keep], ratio=1e-6)
+    grad = torch.randn_like(ref) * keep
+    for name, want, got in zip("qkv", torch.autograd.grad(ref, inputs, grad), torch.autograd.grad(out, inputs, grad)):
+        assert_close(want, got, ratio=1e-5, what=name)

@@ -1,0 +1,66 @@
+"""Softmax attention over blocks of query rows whose weights are recomputed in the backward pass.
+
+``out = drop(masked_softmax(q k^T * scale, allowed)) v`` for one block of query rows at a time: the
+``rows x keys`` scores, weights and dropout masks exist for one block only, and the backward pass
+recomputes them block by block from ``q, k, v`` instead of autograd keeping every block's weights (the
+memory of a training step on long sequences is then that of the inputs, not of the weights). The backward
+is written out: with ``P`` the weights and ``dP = drop(dO v^T)``,
+
+    dv = drop(P)^T dO,   dS = P (dP - rowsum(P dP)),   dq = scale dS k,   dk = scale dS^T q.
+
+Same values as autograd through the explicit form: rows where nothing is allowed have ``P = 0`` (as
+``masked_softmax`` gives) and so ``dS = 0``; dropout is a fixed mask times ``1 / (1 - p)``, so the
+backward applies the same function to ``dO v^T``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+Drop = Callable[[Tensor], Tensor] | None
+
+BLOCK_BYTES = 2**22  # weights per block: 4 MiB (a few such tensors stay in this CPU's cache)
+
+
+def rows_per_block(rows: int, batch_rows: int, width: int, element_size: int, block_bytes: int | None = None) -> int:
+    """How many of ``rows`` query rows (times ``batch_rows`` leading entries) make ``width``-wide weights of
+    ``block_bytes`` (default ``BLOCK_BYTES``, read at the call); at least one."""
+    block_bytes = BLOCK_BYTES if block_bytes is None else block_bytes
+    return max(1, min(rows, block_bytes // max(1, batch_rows * width * element_size)))
+
+
+def block_weights(q: Tensor, k: Tensor, scale: float, allowed: Tensor | None) -> Tensor:
+    """``softmax(q k^T * scale)`` over the last dim, restricted to ``allowed`` (a row with none allowed: 0).
+
+    The same operations as ``_blocks.masked_softmax(scaled scores, allowed)``, in place on the scores.
+    """
+    scores = (q @ k.transpose(-1, -2)).mul_(scale)
+    if allowed is None:
+        return scores.softmax(-1)
+    probs = scores.masked_fill_(~allowed, torch.finfo(scores.dtype).min).softmax(-1)
+    return probs.mul_(allowed.any(-1, keepdim=True))
+
+
+def block_forward(q: Tensor, k: Tensor, v: Tensor, scale: float, allowed: Tensor | None, drop: Drop) -> Tensor:
+    """One block's output ``drop(P) v``."""
+    probs = block_weights(q, k, scale, allowed)
+    return (probs if drop is None else drop(probs)) @ v
+
+
+def block_backward(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, scale: float, allowed: Tensor | None,
+                   drop: Drop) -> tuple[Tensor, Tensor, Tensor]:
+    """``(dq, dk, dv)`` of one block, the weights recomputed (shapes of ``q``, ``k``, ``v``)."""
+    probs = block_weights(q, k, scale, allowed)
+    kept = probs if drop is None else drop(probs)
+    grad_v = kept.transpose(-1, -2) @ grad_out
+    del kept
+    grad_probs = grad_out @ v.transpose(-1, -2)
+    if drop is not None:
+        grad_probs = drop(grad_probs)
+    grad_probs.mul_(probs)  # P dP
+    row = grad_probs.sum(-1, keepdim=True)
+    grad_scores = grad_probs.sub_(probs.mul_(row)).mul_(scale)  # P (dP - rowsum(P dP)) * scale
+    return grad_scores @ k, grad_scores.transpose(-1, -2) @ q, grad_v
