@@ -10,13 +10,18 @@ random blocks; the global blocks attend to every key. With ``s_ij = q_i . k_j / 
 sequence). Random blocks are drawn per head and query block among the real blocks outside the window and
 the global blocks, by fixed pseudo-random priorities hashed from ``(seed, head, i, j)``: the choice does
 not depend on the padded length, so appending pads changes nothing. Fast form: gather the ``3 + 2 + r``
-key blocks of every query block (O(n (5 + r) b d) time, O(n (5 + r) b) memory) plus two full rows of blocks.
+key blocks of every query block (O(n (5 + r) b d) time) plus two full rows of blocks. ``gathered_attention``
+does this a few query blocks at a time, so the gathered keys and values and the ``(b, (5 + r) b)`` scores
+exist for one chunk only, and its backward computes them again: autograd keeps ``q, k, v`` blocks, the
+block indices and masks, O(n d) memory, where keeping the gathered copies and the softmax for backward
+took O(n (5 + r) b).
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from ._blocks import (
     explicit_attention,
@@ -101,6 +106,81 @@ def naive_bigbird(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | No
     return explicit_attention(scaled_scores(q, k), allowed & real[:, None, None, :], v).to(v.dtype)
 
 
+SCORE_BYTES = 2**22  # scores of one chunk of query blocks (4 MiB); the gathered keys and values are half that
+
+
+class _GatheredAttention(torch.autograd.Function):
+    """Softmax attention of query blocks over their own gathered key blocks, by chunks of query blocks.
+
+    Forward is ``masked_softmax(q_r K_r^T / sqrt(d), allowed_r) V_r`` per query block ``r``, with ``K_r``,
+    ``V_r`` the key blocks ``idx[r]`` put end to end, the same operations as the unchunked form. Backward
+    gathers and scores each chunk again and runs autograd's formulas by hand (the softmax's through
+    ``torch._softmax_backward_data``); the key and value gradients are added back into their blocks.
+    """
+
+    @staticmethod
+    def forward(ctx, qb: Tensor, kb: Tensor, vb: Tensor, idx: Tensor, allowed: Tensor,
+                score_bytes: int) -> Tensor:
+        out = torch.empty_like(qb)  # (R, b, D)
+        for sl in _query_chunks(qb, idx, kb.shape[1], score_bytes):
+            out[sl] = _block_softmax(qb[sl], kb[idx[sl]].flatten(1, 2), allowed[sl]) @ vb[idx[sl]].flatten(1, 2)
+        ctx.save_for_backward(qb, kb, vb, idx, allowed)
+        ctx.score_bytes = score_bytes
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: Tensor):
+        qb, kb, vb, idx, allowed = ctx.saved_tensors
+        need_q, need_k, need_v = ctx.needs_input_grad[:3]
+        scale = qb.shape[-1] ** -0.5
+        grad_q = torch.empty_like(qb) if need_q else None
+        grad_k = torch.zeros_like(kb) if need_k else None
+        grad_v = torch.zeros_like(vb) if need_v else None
+        for sl in _query_chunks(qb, idx, kb.shape[1], ctx.score_bytes):
+            q_c, flat_idx, ok = qb[sl], idx[sl].flatten(), allowed[sl][:, None, :]  # ok (C, 1, c b)
+            keys, values = kb[idx[sl]].flatten(1, 2), vb[idx[sl]].flatten(1, 2)  # (C, c b, D)
+            filled = ((q_c @ keys.transpose(-1, -2)) * scale).masked_fill_(~ok, torch.finfo(qb.dtype).min)
+            soft = filled.softmax(-1)  # (C, b, c b)
+            any_ok = ok.any(-1, keepdim=True)
+            g_c = grad_out[sl]  # (C, b, D)
+            if need_v:
+                weights_t = (soft * any_ok).transpose(-1, -2)  # (C, c b, b)
+                grad_v.index_add_(0, flat_idx, (weights_t @ g_c).view(-1, *vb.shape[1:]))
+            grad_soft = (g_c @ values.transpose(-1, -2)).mul_(any_ok)
+            grad_scores = torch._softmax_backward_data(grad_soft, soft, -1, soft.dtype)
+            grad_scores = grad_scores.masked_fill_(~ok, 0).mul_(scale)
+            if need_q:
+                grad_q[sl] = grad_scores @ keys
+            if need_k:
+                grad_k.index_add_(0, flat_idx, (grad_scores.transpose(-1, -2) @ q_c).view(-1, *kb.shape[1:]))
+        return grad_q, grad_k, grad_v, None, None, None
+
+
+def _query_chunks(qb: Tensor, idx: Tensor, size: int, score_bytes: int) -> list[slice]:
+    """Slices of the ``R`` query blocks whose ``(b, c b)`` scores take about ``score_bytes``."""
+    rows, per_block = qb.shape[0], qb.shape[1] * idx.shape[1] * size * qb.element_size()
+    step = max(1, score_bytes // per_block)
+    return [slice(start, min(start + step, rows)) for start in range(0, rows, step)]
+
+
+def _block_softmax(q_c: Tensor, keys: Tensor, allowed: Tensor) -> Tensor:
+    """``masked_softmax(q_c keys^T / sqrt(d), allowed)`` for ``q_c`` ``(C, b, D)``, ``allowed`` ``(C, c b)``."""
+    scores = (q_c @ keys.transpose(-1, -2)) * q_c.shape[-1] ** -0.5  # (C, b, c b)
+    return masked_softmax(scores, allowed[:, None, :])
+
+
+def gathered_attention(qb: Tensor, kb: Tensor, vb: Tensor, idx: Tensor, allowed: Tensor,
+                       score_bytes: int = SCORE_BYTES) -> Tensor:
+    """Each query block over its own key blocks, without keeping the gathered copies for backward.
+
+    ``qb`` ``(R, b, D)`` query blocks, ``kb``, ``vb`` ``(S, b, D)`` key and value blocks, ``idx`` ``(R, c)``
+    int64 key blocks of each query block, ``allowed`` ``(R, c b)`` bool keys it may attend to (a row with
+    none gives zeros). Returns ``(R, b, D)``.
+    """
+    return _GatheredAttention.apply(qb, kb, vb, idx, allowed, score_bytes)
+
+
 @register("bigbird")
 class BigBirdAttention(nn.Module):
     """Block-sparse window + global + random attention; LRA defaults block 64, 3 random blocks."""
@@ -151,12 +231,10 @@ class BigBirdAttention(nn.Module):
             real_b = pad_real(real, m * size).view(b, m, size)
             idx, valid = self.key_blocks(real, m)  # (B, H, M, c)
             batch = torch.arange(b, device=q.device)[:, None, None, None]
-            head = torch.arange(h, device=q.device)[None, :, None, None]
-            keys = kb[batch, head, idx].flatten(3, 4)  # (B, H, M, c b, D)
-            values = vb[batch, head, idx].flatten(3, 4)
             allowed = (real_b[batch, idx] & valid[..., None]).flatten(3, 4)  # (B, H, M, c b)
-            scores = (qb @ keys.transpose(-1, -2)) * d**-0.5  # (B, H, M, b, c b)
-            out = masked_softmax(scores, allowed[:, :, :, None, :]) @ values
+            sequence = torch.arange(b * h, device=q.device).view(b, h, 1, 1) * m  # first block of each (B, H)
+            out = gathered_attention(qb.flatten(0, 2), kb.flatten(0, 2), vb.flatten(0, 2),
+                                     (sequence + idx).flatten(0, 2), allowed.flatten(0, 2)).view_as(qb)
             out = self._with_global_rows(out, qb, kb, vb, real, real_b)
         return out.flatten(2, 3)[:, :, :n].to(v.dtype)
 
@@ -166,10 +244,12 @@ class BigBirdAttention(nn.Module):
         b, h, m, size, d = qb.shape
         last = (num_blocks_with_real(real, size) - 1).clamp(min=0)  # (B,)
         batch = torch.arange(b, device=qb.device)
-        global_q = torch.stack([qb[:, :, 0], qb[batch, :, last]], dim=2).flatten(2, 3)  # (B, H, 2 b, D)
-        keys, values = kb.flatten(2, 3), vb.flatten(2, 3)  # (B, H, M b, D)
-        rows = masked_softmax(scaled_scores(global_q, keys), real_b.view(b, 1, 1, m * size)) @ values
-        first_rows, last_rows = rows.unflatten(2, (2, size)).unbind(2)  # (B, H, b, D) each
+        global_q = torch.stack([qb[:, :, 0], qb[batch, :, last]], dim=2)  # (B, H, 2, b, D)
+        every = torch.arange(b * h * m, device=qb.device).view(b, h, 1, m).expand(b, h, 2, m)  # all key blocks
+        allowed = real_b.view(b, 1, 1, m * size).expand(b, h, 2, m * size)
+        rows = gathered_attention(global_q.flatten(0, 2), kb.flatten(0, 2), vb.flatten(0, 2), every.flatten(0, 2),
+                                  allowed.flatten(0, 2)).view(b, h, 2, size, d)
+        first_rows, last_rows = rows.unbind(2)  # (B, H, b, D) each
         block = torch.arange(m, device=qb.device).view(1, 1, m, 1, 1)
         out = torch.where(block == last.view(b, 1, 1, 1, 1), last_rows[:, :, None], out)
         return torch.where(block == 0, first_rows[:, :, None], out)

@@ -1,7 +1,9 @@
-"""BigBird: the block layout (window, globals, random blocks), determinism, and the gathered fast form."""
+"""BigBird: the block layout (window, globals, random blocks), determinism, and the gathered fast form (chunked,
+recomputed in backward: autograd's outputs and gradients, O(N d) kept)."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,8 @@ import torch
 import yaml
 
 import attention_zoo
-from attention_zoo.bigbird import bigbird_layout, naive_bigbird
+from attention_zoo._blocks import masked_softmax
+from attention_zoo.bigbird import bigbird_layout, gathered_attention, naive_bigbird
 from attention_zoo.softmax import naive_softmax
 from tests.conftest import assert_close, random_qkv_mask
 
@@ -100,3 +103,54 @@ def test_options_are_validated_and_yaml_lists_the_defaults():
     conf = yaml.safe_load((CONF / "bigbird.yaml").read_text())
     assert conf.pop("name") == "bigbird"
     assert conf == attention_zoo.options("bigbird")
+
+
+def saved_bytes(fn, *inputs) -> int:
+    """Bytes of the distinct storages autograd saves for backward while ``fn(*inputs)`` runs."""
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(*inputs)
+    return sum(storages.values())
+
+
+def gathered_by_autograd(qb, kb, vb, idx, allowed):
+    """``gathered_attention`` unchunked, as plain autograd operations (gathered copies kept)."""
+    keys, values = kb[idx].flatten(1, 2), vb[idx].flatten(1, 2)
+    scores = (qb @ keys.transpose(-1, -2)) * qb.shape[-1] ** -0.5
+    return masked_softmax(scores, allowed[:, None, :]) @ values
+
+
+@pytest.mark.parametrize("score_bytes", [1, 3 * 4 * 12 * 4, 2**30])  # a block, 3 blocks, all at once a chunk
+def test_gathered_attention_matches_autograd_in_outputs_and_gradients(score_bytes):
+    """Repeated and masked key blocks, a query block that may see nothing; chunks of any size."""
+    qb, kb, vb = (torch.randn(r, 4, 8) for r in (10, 7, 7))
+    idx = torch.randint(0, 7, (10, 3))
+    idx[0] = 2  # one block three times over, masked but once
+    allowed = torch.rand(10, 12) < 0.7
+    allowed[0] = torch.arange(12) < 4
+    allowed[1] = False  # attends to nothing: zeros
+    upstream = torch.randn(10, 4, 8)
+    results = []
+    for fn in (gathered_by_autograd, partial(gathered_attention, score_bytes=score_bytes)):
+        leaves = [t.clone().requires_grad_(True) for t in (qb, kb, vb)]
+        out = fn(*leaves, idx, allowed)
+        (out * upstream).sum().backward()
+        results.append([out.detach(), *(t.grad for t in leaves)])
+    assert torch.equal(results[1][0][1], torch.zeros(4, 8))
+    for ref, out in zip(*results):
+        assert_close(ref, out, ratio=1e-6)
+
+
+def test_fast_form_keeps_no_gathered_copies_for_backward():
+    """Autograd keeps the q, k, v blocks and the block masks, O(N d); not the (5 + r) b keys per query."""
+    attn = build(block_size=16, num_random_blocks=3)
+    q, k, v = (torch.randn(2, 3, 1024, 8, requires_grad=True) for _ in range(3))
+    saved = saved_bytes(attn, q, k, v)
+    assert saved < 5 * q.nbytes
+    old = dict(block_size=16, num_random_blocks=3, seed=0)
+    assert saved_bytes(lambda *t: naive_bigbird(*t, **old), q, k, v) > 4 * saved  # the n x n oracle

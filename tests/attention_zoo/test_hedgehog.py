@@ -1,12 +1,17 @@
-"""Hedgehog: the two-sided softmax feature map by hand, separate q/k maps, inits and option validation."""
+"""Hedgehog: the two-sided softmax feature map by hand, separate q/k maps, inits, option validation, and the
+chunked non-causal path (same outputs and gradients as materialised features, O(N d) kept for backward)."""
 
 from __future__ import annotations
+
+from functools import partial
 
 import pytest
 import torch
 
 import attention_zoo
-from attention_zoo.hedgehog import hedgehog_feature_map
+from attention_zoo._chunked_attention import chunked_kernel_attention
+from attention_zoo.hedgehog import HedgehogChunkMap, hedgehog_feature_map
+from attention_zoo.kernel import kernel_attention, values_and_ones
 from tests.conftest import assert_close, random_qkv_mask
 
 
@@ -96,3 +101,62 @@ def test_features_are_float32_under_bf16_autocast():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert attn.features(q.bfloat16(), "k").dtype == torch.float32
         assert attn(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask).dtype == torch.bfloat16
+
+
+def saved_bytes(fn, *inputs) -> int:
+    """Bytes of the distinct storages autograd saves for backward while ``fn(*inputs)`` runs."""
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(*inputs)
+    return sum(storages.values())
+
+
+def materialised(attn, q, k, v, mask):
+    """The features as whole tensors, then ``kernel_attention``: the causal path's way, non-causal."""
+    return kernel_attention(attn.features(q, "q"), attn.features(k, "k"), v, mask, eps=attn.eps)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_chunked_map_matches_materialised_features_in_outputs_and_all_gradients(bias):
+    """Several token chunks (a tiny ``chunk_bytes``), spiky maps (some features clamped), padded keys."""
+    attn = attention_zoo.build("hedgehog", head_dim=8, num_heads=2, feature_dim=6, bias=bias)
+    with torch.no_grad():
+        for w in (attn.w_q, attn.w_k):
+            w.normal_(0, 6.0)
+        if bias:
+            attn.b_q.normal_()
+    q, k, v, mask = random_qkv_mask(2, 2, 45, 8, real=30)
+    upstream = torch.randn(2, 2, 45, 8) * mask[:, None, :, None]
+
+    def chunked(q, k, v, mask):
+        v1 = values_and_ones(v, mask)
+        make = partial(HedgehogChunkMap, bias=bias)
+        return chunked_kernel_attention(q, k, v1, attn.map_param("q"), attn.map_param("k"), make,
+                                        eps=attn.eps, chunk_bytes=2 * 2 * 12 * 4 * 7)  # 7 tokens a chunk
+
+    results = []
+    for fn in (materialised, chunked, attn.forward):
+        attn.zero_grad()
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        args = leaves + [mask] if fn is not materialised else [attn, *leaves, mask]
+        (fn(*args) * upstream).sum().backward()
+        results.append([fn(*args).detach(), *(t.grad for t in leaves), *(p.grad.clone() for p in attn.parameters())])
+    assert (attn.features(q, "q") == 1e-12).any()  # the clamp's gradient mask is exercised
+    for ref, out in zip(results[0], results[1]):
+        assert_close(ref, out, ratio=1e-5)
+    for ref, out in zip(results[0], results[2]):
+        assert_close(ref, out, ratio=1e-5)
+
+
+def test_non_causal_keeps_no_feature_tensor_for_backward():
+    """Autograd keeps O(N d) (q, k, [v, 1], output), not the (N, 2f) features or their softmax copies."""
+    attn = attention_zoo.build("hedgehog", head_dim=8, num_heads=2, feature_dim=32)  # 2f = 8 d
+    q, k, v = (torch.randn(2, 2, 1024, 8, requires_grad=True) for _ in range(3))
+    saved = saved_bytes(attn, q, k, v)
+    assert saved < 6 * q.nbytes
+    assert saved_bytes(materialised, attn, q, k, v, None) > 4 * saved  # what the materialised features keep
