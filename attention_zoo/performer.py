@@ -16,6 +16,13 @@ can be small enough that an ``eps`` of 1e-6 moves the output by percents. Causal
 data-free bound ``|w|^2 / 2`` on the log-feature ``w . k' - |k'|^2 / 2`` instead, so the future cannot
 leak in through a max over the sequence.
 
+Non-causal attention (the LRA setting) runs on ``_chunked_attention``: the features of a chunk of tokens
+are made, used and dropped, and backward makes them again (``FavorChunkMap``), so autograd keeps
+``q, k, [v, 1]`` and the ``(m, D + 1)`` state instead of four ``(B, H, N, m)`` tensors (features and
+exponentials of queries and keys). The key shift, a max over all real keys, comes from a first pass over
+key chunks (``key_shift_chunked``) that stores nothing. Same numbers as the features of
+``performer_features`` (to float rounding); causal attention and float64 inputs keep that path.
+
 ``kernel="relu"`` is the generalized kernel of the LRA Performer: ``phi(x) = relu(w . x') + 1e-3``,
 whose expectation is the arc-cosine kernel (Cho & Saul 2009). The projection is a buffer drawn from
 ``seed``; in training it is redrawn every ``redraw_interval`` calls, in evaluation it never changes.
@@ -23,12 +30,15 @@ whose expectation is the arc-cosine kernel (Cho & Saul 2009). The projection is 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 from torch import Tensor, nn
 
-from .kernel import float32_region, kernel_attention, naive_kernel_attention
+from ._chunked_attention import chunked_kernel_attention
+from ._sketch import CHUNK_BYTES, Workspace, token_chunks
+from .kernel import float32_region, kernel_attention, naive_kernel_attention, values_and_ones
 from .registry import register
 
 KERNELS = ("softmax", "relu")
@@ -89,6 +99,107 @@ def performer_features(q: Tensor, k: Tensor, projection: Tensor, key_padding_mas
         phi_q = ratio * (torch.exp(log_q - shift_q) + SOFTMAX_FEATURE_EPS)
         phi_k = ratio * (torch.exp(log_k - shift_k) + SOFTMAX_FEATURE_EPS)
         return phi_q, phi_k
+
+
+@torch.no_grad()
+def key_shift_chunked(k: Tensor, projection: Tensor, key_padding_mask: Tensor | None,
+                      chunk_bytes: int = CHUNK_BYTES) -> Tensor:
+    """``key_shift`` (non-causal) without the ``(B, H, N, m)`` projections: a running max over key chunks.
+
+    ``k`` ``(B, H, N, d)`` float32; returns ``(B H, 1, 1)``, 0 where a sequence has no real key.
+    """
+    b, h, n, d = k.shape
+    w_t = projection.float().T
+    shift = k.new_full((b, h), float("-inf"))
+    for sl in token_chunks(n, b * h, projection.shape[0], k.element_size(), chunk_bytes):
+        projected = (k[:, :, sl] * d**-0.25) @ w_t  # (B, H, C, m), as softmax_log_features
+        if key_padding_mask is not None:
+            projected.masked_fill_(~key_padding_mask[:, None, sl, None], float("-inf"))
+        torch.maximum(shift, projected.amax(dim=(-1, -2)), out=shift)
+    shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
+    return shift.view(b * h, 1, 1)
+
+
+class FavorChunkMap:
+    """FAVOR+ (or ReLU) features of token chunks ``x_c`` ``(B H, C, d)``, a ``ChunkMap`` of ``_chunked_attention``.
+
+    ``shift`` ``(B H, 1, 1)``: the keys' stabiliser; None: each token is shifted by its own max projection
+    (queries). Softmax: ``phi = r (exp(l - c) + 1e-4)`` with ``l = w . x' - |x'|^2 / 2``, ``x' = s x``,
+    ``s = d^(-1/4)``, ``r = m^(-1/2)``; the shift ``c`` is a constant (detached, as performer-pytorch), so with
+    ``G = d loss / d phi * r exp(l - c)``:  ``d loss / d x = s (G W - x' sum_i G_i)``.
+    ReLU: ``phi = relu(w . x') + 1e-3`` and ``d loss / d x = s ((d loss / d phi) [w . x' > 0]) W``.
+    The projection is a buffer: it gets no gradient.
+    """
+
+    def __init__(self, shift: Tensor | None, like: Tensor, need_grad: bool, *, projection: Tensor, kernel: str):
+        self.shift, self.kernel = shift, kernel
+        self.w = projection.float()  # (m, d)
+        self.w_t = self.w.T.contiguous()  # (d, m)
+        self.features, self.d = self.w.shape
+        self.scale, self.ratio = self.d**-0.25, self.features**-0.5
+        self.work = Workspace(like)
+
+    def width(self) -> int:
+        return self.features
+
+    def _project(self, x_c: Tensor) -> Tensor:
+        """``w . x'`` of the chunk into the buffer ``proj``; ``x'`` kept in ``xs``."""
+        rows, c, d = x_c.shape
+        self.xs = torch.mul(x_c, self.scale, out=self.work.get("xs", (rows, c, d)))
+        proj = self.work.get("proj", (rows, c, self.features))
+        torch.mm(self.xs.view(rows * c, d), self.w_t, out=proj.view(rows * c, self.features))
+        return proj
+
+    def _exp(self, x_c: Tensor) -> Tensor:
+        """Softmax: ``exp(l - c)`` in the buffer ``proj``; ReLU: the projection."""
+        proj = self._project(x_c)
+        if self.kernel == "relu":
+            return proj
+        shift = proj.amax(-1, keepdim=True) if self.shift is None else self.shift
+        return proj.sub_(self.xs.square().sum(-1, keepdim=True) / 2).sub_(shift).exp_()
+
+    def _finish(self, e: Tensor, out: Tensor) -> Tensor:
+        if self.kernel == "relu":
+            return torch.clamp(e, min=0, out=out).add_(RELU_FEATURE_EPS)
+        return torch.add(e, SOFTMAX_FEATURE_EPS, out=out).mul_(self.ratio)
+
+    def forward(self, x_c: Tensor) -> Tensor:
+        e = self._exp(x_c)
+        return self._finish(e, e)
+
+    def recompute(self, x_c: Tensor) -> Tensor:
+        self.e = self._exp(x_c)  # kept for backprop
+        return self._finish(self.e, self.work.get("phi", self.e.shape))
+
+    def backprop(self, x_c: Tensor, grad_phi: Tensor) -> Tensor:
+        if self.kernel == "relu":
+            grad = grad_phi.masked_fill_(self.e <= 0, 0)
+        else:
+            grad = grad_phi.mul_(self.e).mul_(self.ratio)
+        rows, c, d = x_c.shape
+        grad_x = self.work.get("grad_x", (rows, c, d))
+        torch.mm(grad.view(rows * c, self.features), self.w, out=grad_x.view(rows * c, d))
+        if self.kernel != "relu":
+            grad_x.addcmul_(self.xs, grad.sum(-1, keepdim=True), value=-1)
+        return grad_x.mul_(self.scale)
+
+    def grad_param(self) -> None:
+        return None
+
+
+def chunked_performer(q: Tensor, k: Tensor, v: Tensor, projection: Tensor, key_padding_mask: Tensor | None = None,
+                      *, kernel: str = "softmax", eps: float = 0.0, chunk_bytes: int = CHUNK_BYTES) -> Tensor:
+    """Non-causal performer attention, ``kernel_attention(*performer_features(...), v)``, with chunked features
+    recomputed in backward (no ``(B, H, N, m)`` tensor kept). ``q, k, v`` ``(B, H, N, d)``; float32 inside."""
+    out_dtype = v.dtype
+    with float32_region(q):
+        q, k, v = q.float(), k.float(), v.float()
+        v1 = values_and_ones(v, key_padding_mask)  # (B, H, N, D + 1), padded rows zero
+        shift = None if kernel == "relu" else key_shift_chunked(k.detach(), projection, key_padding_mask,
+                                                                 chunk_bytes)
+        make_map = functools.partial(FavorChunkMap, projection=projection, kernel=kernel)
+        out = chunked_kernel_attention(q, k, v1, None, shift, make_map, eps=eps, chunk_bytes=chunk_bytes)
+    return out.to(out_dtype)
 
 
 def naive_performer(q: Tensor, k: Tensor, v: Tensor, projection: Tensor,
@@ -177,6 +288,8 @@ class PerformerAttention(nn.Module):
             if self.calls_since_draw >= self.redraw_interval:
                 self.redraw()
             self.calls_since_draw += 1
+        if not self.causal and q.dtype != torch.float64 and q.shape[-2] == k.shape[-2]:
+            return chunked_performer(q, k, v, self.projection, key_padding_mask, kernel=self.kernel, eps=self.eps)
         phi_q, phi_k = performer_features(q, k, self.projection, key_padding_mask, kernel=self.kernel,
                                           causal=self.causal)
         return kernel_attention(phi_q, phi_k, v, key_padding_mask, eps=self.eps, causal=self.causal,
