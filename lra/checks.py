@@ -57,6 +57,8 @@ def check_model(model: dict[str, Any]) -> None:
     if isinstance(attention_dropout, bool) or not isinstance(attention_dropout, (int, float)) \
             or not 0.0 <= attention_dropout < 1.0:
         raise UserError(f"model.attention_dropout={attention_dropout!r}: must be a number in [0, 1)")
+    if not isinstance(model.get("checkpoint_blocks", False), bool):
+        raise UserError(f"model.checkpoint_blocks={model.get('checkpoint_blocks')!r}: must be true or false")
     if model.get("pooling") not in POOLINGS:
         raise UserError(f"model.pooling={model.get('pooling')!r}: must be one of {', '.join(POOLINGS)}")
 

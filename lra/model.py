@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from attention_zoo import extra_inputs
 
@@ -73,12 +74,16 @@ class Encoder(nn.Module):
     """Token + learned position embeddings, ``depth`` blocks, final norm, pooled ``(B, dim)`` output.
 
     ``pooling="none"`` returns every position ``(B, N, dim)`` (token-level tasks such as ``ar``).
+    ``checkpoint_blocks`` keeps only each block's input for backward and runs the block again there
+    (``torch.utils.checkpoint``, the RNG state restored, so dropout draws the same masks): the same numbers
+    in less memory, for about one more forward pass.
     """
 
     def __init__(self, *, vocab_size: int, max_len: int, dim: int, depth: int, num_heads: int,
                  ffn_dim: int, dropout: float, make_attention: Callable[[int], nn.Module],
-                 pooling: str = "mean", qkv_dim: int | None = None):
+                 pooling: str = "mean", qkv_dim: int | None = None, checkpoint_blocks: bool = False):
         super().__init__()
+        self.checkpoint_blocks = checkpoint_blocks
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
         self.pooling, self.max_len = pooling, max_len
@@ -103,7 +108,11 @@ class Encoder(nn.Module):
             mask = torch.cat([mask.new_ones(b, 1), mask], dim=1)
         x = self.dropout(x + self.positions.weight[: x.shape[1]])
         for block in self.blocks:
-            x = block(x, mask) if isinstance(block, AttentionBlock) else block(x)
+            inputs = (x, mask) if isinstance(block, AttentionBlock) else (x,)
+            if self.checkpoint_blocks and torch.is_grad_enabled():
+                x = checkpoint(block, *inputs, use_reentrant=False, preserve_rng_state=True)
+            else:
+                x = block(*inputs)
         x = self.norm(x)
         if self.pooling == "none":
             return x

@@ -74,7 +74,7 @@ def build_encoder(cfg: dict[str, Any], vocab_size: int) -> Encoder:
     return Encoder(vocab_size=vocab_size, max_len=max_len, dim=model["dim"], depth=model["depth"],
                    num_heads=model["heads"], ffn_dim=model["ffn_dim"], dropout=model["dropout"],
                    make_attention=attention_factory(cfg, max_len), pooling=model["pooling"],
-                   qkv_dim=model.get("qkv_dim"))
+                   qkv_dim=model.get("qkv_dim"), checkpoint_blocks=model.get("checkpoint_blocks", False))
 
 
 class ClassificationModule(pl.LightningModule):
