@@ -17,7 +17,10 @@ it is the only one; a key found twice in the window counts twice). Each round gi
 A sequence no longer than ``chunk_len`` gets full shared-QK attention (HF skips hashing there).
 ``n_buckets=None`` takes HF's rule, the power of two at or below ``2 (L // chunk_len)``, with ``L = max_len``
 rather than the batch length so that padding cannot change it (HF factorises ``n_buckets`` beyond
-``2 max(sqrt(L / chunk_len), chunk_len)``, from 8k tokens at chunk 64; we do not). O(n_hashes n chunk_len d).
+``2 max(sqrt(L / chunk_len), chunk_len)``, from 8k tokens at chunk 64; we do not). O(n_hashes n chunk_len d)
+time; memory flash-style (``_LSHAttention``): groups of chunks at a time, and backward keeps only q, v, the
+output and a few numbers per slot, recomputing the chunks' scores (one training step of Text 4k at batch 8:
++1,233 MiB before, about +610 to +670 MiB after).
 Not causal (a later token's hash moves earlier tokens' chunks).
 
 Deliberate difference on padded input: HF hashes pads to an extra bucket inside each round, so the number
@@ -83,37 +86,140 @@ def chunk_windows(active_count: Tensor, chunk_len: int, chunks: int) -> Tensor:
     return torch.where(prev[None, :] < 0, last[:, None], prev[None, :])
 
 
-class _ChunkAttention(torch.autograd.Function):
-    """Softmax attention of each chunk's queries over its window, returning the output and the logsumexp.
+GROUP_SCORES = 1 << 21  # score entries (B H G c 2c) a group of chunks holds at once: 8 MiB in float32
 
-    ``q`` ``(..., c, D)``, ``k, v`` ``(..., w, D)``, ``self_mask`` and ``hidden`` broadcast to ``(..., c, w)``:
-    scores ``q k^T`` with ``SELF_SCORE`` where ``self_mask`` and nothing where ``hidden``. Keeps the
-    unnormalised ``E = exp(S - max)`` and the row sums ``s`` (``P = E / s``, divided on the ``(c, D)`` side);
-    the backward is written out (``dS = P (dP - rowsum(dO O) + dlse)``).
+
+class _SortedChunks:
+    """The sorted, chunked layout of one forward: which token sits in each slot, and each chunk's window.
+
+    ``rows`` ``(B, H, C, c)``: the token of each slot as a row of ``(B H N, F)`` (slots past the ``R N``
+    copies hold token 0, inactive); ``prev`` ``(B, C)``: the chunk each chunk looks back at; ``own``: it
+    looks back at itself (one chunk in all: no look-back); ``slot_active`` ``(B, C, c)``: an active copy.
+    """
+
+    def __init__(self, pos: Tensor, prev: Tensor, slot_active: Tensor, n: int):
+        b, h, chunks, _ = pos.shape
+        self.rows = pos + (torch.arange(b * h, device=pos.device) * n).view(b, h, 1, 1)
+        self.prev, self.slot_active = prev, slot_active
+        self.own = prev == torch.arange(chunks, device=pos.device)
+        self.batch = torch.arange(b, device=pos.device)[:, None]
+        self.all_active = bool(slot_active.all()) and not bool(self.own.any())
+
+    def groups(self) -> list[tuple[int, int]]:
+        """Chunk ranges ``(g0, g1)`` of at most ``GROUP_SCORES`` score entries each."""
+        b, h, chunks, c = self.rows.shape
+        size = max(1, GROUP_SCORES // (b * h * c * 2 * c))
+        return [(g0, min(g0 + size, chunks)) for g0 in range(0, chunks, size)]
+
+    def window(self, g0: int, g1: int) -> tuple[Tensor, Tensor]:
+        """Chunks ``g0 .. g1 - 1``: query rows ``(B, H, G, c)`` and key rows ``(B, H, G, 2c)``: the previous
+        chunk's slots, then the chunk's own."""
+        rows_q = self.rows[:, :, g0:g1]
+        return rows_q, torch.cat([self.rows[self.batch, :, self.prev[:, g0:g1]].transpose(1, 2), rows_q], dim=-1)
+
+    def scores(self, q: Tensor, k: Tensor, rows_q: Tensor, rows_k: Tensor, g0: int, g1: int) -> tuple:
+        """``q k^T`` ``(B, H, G, c, 2c)`` with ``SELF_SCORE`` where query and key are one token and the lowest
+        float where the key is inactive (or the chunk's own look-back); and those two masks (None: none
+        inactive), where the scores do not depend on q and k."""
+        scores = q @ k.transpose(-1, -2)
+        itself = rows_q[..., :, None] == rows_k[..., None, :]
+        scores.masked_fill_(itself, SELF_SCORE)
+        if self.all_active:
+            return scores, itself, None
+        prev = self.prev[:, g0:g1]
+        hidden = ~torch.cat([self.slot_active[self.batch, prev] & ~self.own[:, g0:g1, None],
+                             self.slot_active[:, g0:g1]], dim=-1)[:, None, :, None, :]  # (B, 1, G, 1, 2c)
+        return scores.masked_fill_(hidden, torch.finfo(scores.dtype).min), itself, hidden
+
+
+def gather_rows(x: Tensor, rows: Tensor) -> Tensor:
+    """Rows ``rows`` (any shape) of ``x`` ``(M, F)``: ``(*rows.shape, F)`` (whole rows, not elements)."""
+    return x.index_select(0, rows.flatten()).view(*rows.shape, x.shape[-1])
+
+
+def scatter_rows(into: Tensor, rows: Tensor, x: Tensor) -> None:
+    """Adds ``x`` ``(*rows.shape, F)`` into the rows ``rows`` of ``into`` ``(M, F)``."""
+    into.index_add_(0, rows.flatten(), x.reshape(-1, into.shape[-1]))
+
+
+class _LSHAttention(torch.autograd.Function):
+    """Chunked shared-QK attention of every hash round, rounds combined by their logsumexp; flash-style.
+
+    Forward, a group of chunks at a time: ``S = q k^T`` (masked), ``E = exp(S - top)``, ``s = rowsum E``,
+    ``o = E v / s``, ``lse = top + log s`` per slot; then ``out_i = sum_r w_r(i) o_r(i)`` with ``w =
+    softmax_r(lse)`` over the active rounds. Saved: ``q``, ``v``, the layout, ``top``, ``s``, the round
+    weight of each slot and ``out``; not the gathered copies of q, k, v nor the ``(c, 2c)`` weights, which
+    the backward recomputes group by group (``P = E / s``). With ``g`` the output gradient at a slot's
+    token, ``dO = w g`` and ``d lse = w (g . o - g . out)`` (zero for an inactive copy, whose lse is
+    masked), so ``dS = P (dO v^T - rowsum(dO o) + d lse) = P (dO v^T - w g . out)`` for an active copy;
+    an inactive copy with ``w > 0`` (a pad token's) needs ``g . o``, which its group recomputes. ``dS`` is
+    zero where the score was filled (a token's own key, an inactive key): those scores do not depend on
+    q, even where ``P > 0`` (a pad copy whose window holds no active key weighs every key alike).
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, self_mask, hidden):
-        scores = q @ k.transpose(-1, -2)
-        scores.masked_fill_(self_mask, SELF_SCORE).masked_fill_(hidden, torch.finfo(scores.dtype).min)
-        top = scores.amax(-1, keepdim=True)
-        weights = scores.sub_(top).exp_()  # E, in place of the scores
-        total = weights.sum(-1, keepdim=True)
-        out = (weights @ v).div_(total)
-        ctx.save_for_backward(q, k, v, weights, total, out)
-        return out, top + total.log()
+    def forward(ctx, q, v, layout: _SortedChunks, rank, active):
+        b, h, n, d = q.shape
+        _, _, chunks, c = layout.rows.shape
+        rounds = active.shape[1]
+        flat_q, flat_v = q.reshape(b * h * n, d), v.reshape(b * h * n, d)
+        flat_k = shared_keys(flat_q)
+        o = q.new_empty(b, h, chunks, c, d)
+        top = q.new_empty(b, h, chunks, c, 1)
+        total = q.new_empty(b, h, chunks, c, 1)
+        for g0, g1 in layout.groups():
+            rows_q, rows_k = layout.window(g0, g1)
+            scores = layout.scores(gather_rows(flat_q, rows_q), gather_rows(flat_k, rows_k), rows_q, rows_k, g0, g1)[0]
+            top[:, :, g0:g1] = scores.amax(-1, keepdim=True)
+            weights = scores.sub_(top[:, :, g0:g1]).exp_()  # E, in place of the scores
+            total[:, :, g0:g1] = weights.sum(-1, keepdim=True)
+            o[:, :, g0:g1] = (weights @ gather_rows(flat_v, rows_k)).div_(total[:, :, g0:g1])
+        del flat_k
+        lse = (top + total.log()).view(b, h, chunks * c).gather(2, rank).view(b, h, rounds, n)
+        weight = lse.masked_fill_(~active[:, None], torch.finfo(lse.dtype).min).softmax(dim=2)  # (B, H, R, N)
+        rows = rank[..., None].expand(-1, -1, -1, d)
+        out = (weight[..., None] * o.view(b, h, chunks * c, d).gather(2, rows).view(b, h, rounds, n, d)).sum(2)
+        slot_weight = q.new_zeros(b, h, chunks * c).scatter_(2, rank, weight.flatten(2)).view(b, h, chunks, c, 1)
+        ctx.layout = layout
+        ctx.first_inactive = int(layout.slot_active.flatten(1).sum(-1).min())  # slots before it: active
+        ctx.save_for_backward(q, v, top, total, slot_weight, out)
+        return out
 
     @staticmethod
-    def backward(ctx, grad_out, grad_lse):
-        q, k, v, weights, total, out = ctx.saved_tensors
-        scaled = grad_out / total  # dO / s
-        grad_scores = scaled @ v.transpose(-1, -2)  # dP / s
-        row = ((grad_out * out).sum(-1, keepdim=True) - grad_lse) / total
-        grad_scores.sub_(row).mul_(weights)  # P (dP - rowsum(dO O) + dlse)
-        grad_q = grad_scores @ k
-        grad_k = grad_scores.transpose(-1, -2) @ q
-        grad_v = weights.transpose(-1, -2) @ scaled
-        return grad_q, grad_k, grad_v, None, None
+    def backward(ctx, grad_out):
+        q, v, top, total, slot_weight, out = ctx.saved_tensors
+        layout = ctx.layout
+        b, h, n, d = q.shape
+        c = layout.rows.shape[-1]
+        flat_q, flat_v = q.reshape(b * h * n, d), v.reshape(b * h * n, d)
+        flat_g = grad_out.reshape(b * h * n, d)
+        grad_dot_out = (grad_out * out).sum(-1).view(b * h * n, 1)  # g . out
+        with torch.enable_grad():
+            q_leaf = flat_q.detach().requires_grad_(True)
+            keys_graph = shared_keys(q_leaf)
+        flat_k = keys_graph.detach()
+        grad_q, grad_k, grad_v = torch.zeros_like(flat_q), torch.zeros_like(flat_q), torch.zeros_like(flat_v)
+        for g0, g1 in layout.groups():
+            rows_q, rows_k = layout.window(g0, g1)
+            q_g, k_g, v_g = gather_rows(flat_q, rows_q), gather_rows(flat_k, rows_k), gather_rows(flat_v, rows_k)
+            probs, itself, hidden = layout.scores(q_g, k_g, rows_q, rows_k, g0, g1)
+            probs.sub_(top[:, :, g0:g1]).exp_().div_(total[:, :, g0:g1])  # P
+            g = gather_rows(flat_g, rows_q)
+            row = gather_rows(grad_dot_out, rows_q)  # g . out
+            if g1 * c > ctx.first_inactive:  # inactive copies here: g . o for them
+                inactive = ~layout.slot_active[:, None, g0:g1, :, None]
+                row = torch.where(inactive, (g * (probs @ v_g)).sum(-1, keepdim=True), row)
+            w = slot_weight[:, :, g0:g1]
+            grad_o = g.mul_(w)  # dO = w g
+            grad_scores = grad_o @ v_g.transpose(-1, -2)
+            grad_scores.sub_(row.mul_(w)).mul_(probs).masked_fill_(itself, 0)  # dS = P (dO v^T - w row)
+            if hidden is not None:  # filled scores have no gradient, even with P > 0 (a row of inactive keys)
+                grad_scores.masked_fill_(hidden, 0)
+            scatter_rows(grad_q, rows_q, grad_scores @ k_g)
+            scatter_rows(grad_k, rows_k, grad_scores.transpose(-1, -2) @ q_g)
+            scatter_rows(grad_v, rows_k, probs.transpose(-1, -2) @ grad_o)
+        grad_q += torch.autograd.grad(keys_graph, q_leaf, grad_k)[0]
+        return grad_q.view(b, h, n, d), grad_v.view(b, h, n, d), None, None, None
 
 
 def naive_reformer(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None, *,
@@ -187,27 +293,9 @@ class ReformerAttention(nn.Module):
                 pos = torch.nn.functional.pad(order % n, (0, total - rounds * n))  # (B, H, T) token of a slot
                 count = active.flatten(1).sum(-1)  # (B,)
                 slot_active = torch.arange(total, device=q.device) < count[:, None]  # (B, T)
-                prev = chunk_windows(count, c, chunks)  # (B, C)
-                pos_c = pos.view(b, h, chunks, c)
-                pos_k = torch.cat([pos_c[torch.arange(b)[:, None], :, prev].transpose(1, 2), pos_c], dim=-1)
-                act_c = slot_active.view(b, chunks, c)
-                own = prev == torch.arange(chunks, device=q.device)  # one chunk in all: no look-back
-                act_k = torch.cat([act_c[torch.arange(b)[:, None], prev] & ~own[..., None], act_c], dim=-1)
-                blocked = (pos_c[..., :, None] == pos_k[..., None, :])  # self: (B, H, C, c, 2c)
-                hidden = ~act_k[:, None, :, None, :]
-
-            def look_back(x: Tensor) -> Tensor:  # (B, H, C, c, F) -> previous chunk then own (B, H, C, 2c, F)
-                return torch.cat([x[torch.arange(b)[:, None], :, prev].transpose(1, 2), x], dim=3)
-
-            stacked = torch.cat([q.float(), shared_keys(q), v.float()], dim=-1)  # one gather for q, k, v
-            slots = stacked.gather(2, pos[..., None].expand(-1, -1, -1, 3 * d)).view(b, h, chunks, c, 3 * d)
-            window = look_back(slots[..., d:])
-            out, lse = _ChunkAttention.apply(slots[..., :d], window[..., :d], window[..., d:], blocked, hidden)
-
-            out = out.view(b, h, total, d).gather(2, rank[..., None].expand(-1, -1, -1, d)).view(b, h, rounds, n, d)
-            lse = lse.view(b, h, total).gather(2, rank).view(b, h, rounds, n)
-            lse = lse.masked_fill(~active[:, None], torch.finfo(lse.dtype).min)
-            out = (lse.softmax(dim=2)[..., None] * out).sum(2)
+                layout = _SortedChunks(pos.view(b, h, chunks, c), chunk_windows(count, c, chunks),
+                                       slot_active.view(b, chunks, c), n)
+            out = _LSHAttention.apply(q.float(), v.float(), layout, rank, active)
         return keep_in_graph(out.to(v.dtype), k)
 
     def naive(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:

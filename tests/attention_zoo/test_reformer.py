@@ -129,3 +129,66 @@ def test_options_are_validated_and_yaml_lists_the_defaults():
     conf = yaml.safe_load((CONF / "reformer.yaml").read_text())
     assert conf.pop("name") == "reformer"
     assert conf == attention_zoo.options("reformer")
+
+
+def _loss_and_grads(attn, q, v, mask, upstream):
+    qq, vv = q.clone().requires_grad_(True), v.clone().requires_grad_(True)
+    out = attn(qq, qq.detach(), vv, mask)
+    (out * upstream).sum().backward()
+    return out.detach(), qq.grad, vv.grad
+
+
+def _padded_case():
+    """Row 0 has 3 real tokens (one chunk: one round), row 1 has 26: pads fill whole chunks of the sort."""
+    q, _, v, mask = qkv_mask()
+    mask[0, 3:] = False
+    return q, v, mask, torch.randn(q.shape)
+
+
+def test_groups_of_chunks_change_nothing(monkeypatch):
+    """The chunks are processed a group at a time; one chunk per group gives the same outputs and gradients."""
+    import attention_zoo.reformer as reformer
+
+    attn = build(chunk_len=4, n_buckets=4, n_hashes=2, seed=5)
+    q, v, mask, upstream = _padded_case()
+    whole = _loss_and_grads(attn, q, v, mask, upstream)
+    monkeypatch.setattr(reformer, "GROUP_SCORES", 1)
+    for a, b in zip(whole, _loss_and_grads(attn, q, v, mask, upstream)):
+        assert_close(a, b, ratio=1e-6)
+
+
+def test_gradients_of_every_output_pads_included_match_finite_differences():
+    """The written-out backward, pad tokens' outputs included: their copies are inactive (the rounds' lse is
+    masked there: the backward recomputes their chunk output), and a window of inactive keys only weighs
+    them alike through filled scores, which give q no gradient (the backward before 2026-12 gave it one)."""
+    attn = build(chunk_len=4, n_buckets=4, n_hashes=2, seed=5)
+    q, v, mask, upstream = _padded_case()
+    _, grad_q, grad_v = _loss_and_grads(attn, q, v, mask, upstream)
+    assert grad_q[0, :, 3:].abs().sum() > 0  # pads' outputs reach pads' queries
+    dq, dv, eps = q * torch.randn(*q.shape[:-1], 1), torch.randn_like(v), 1e-2  # dq: scales q, keeps buckets
+
+    def loss(sign):
+        with torch.no_grad():
+            qq = q + sign * eps * dq
+            return (attn(qq, qq, v + sign * eps * dv, mask).double() * upstream).sum()
+
+    numeric = (loss(1) - loss(-1)) / (2 * eps)
+    analytic = (grad_q.double() * dq).sum() + (grad_v.double() * dv).sum()
+    assert abs(float(numeric - analytic)) <= 1e-3 * float(analytic.abs())
+
+
+def test_backward_keeps_no_chunk_weights_nor_gathered_copies():
+    """Saved for backward: q, v (the caller's), the output and per-slot numbers; not the (c, 2c) weights."""
+    attn = build(max_len=512, chunk_len=16, n_hashes=2)
+    x = torch.randn(2, 2, 512, 16, requires_grad=True)
+    q, v = x.split(8, -1)
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        attn(q, q, v)
+    weights = 2 * 2 * (2 * 512 // 16) * 16 * 32 * 4  # (B, H, C, c, 2c) float32
+    assert sum(storages.values()) - x.untyped_storage().nbytes() < weights / 2
