@@ -150,8 +150,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.guard_gib > 0:
             cap = int(args.guard_gib * 2**30)
             resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
-        print(json.dumps(measure_here(args.tasks[0], args.attentions[0], args.batch, args.steps, args.overrides)))
-        return 0
+        try:
+            print(json.dumps(measure_here(args.tasks[0], args.attentions[0], args.batch, args.steps, args.overrides)))
+            code = 0
+        except (MemoryError, RuntimeError) as err:
+            print(f"{type(err).__name__}: {err}", file=sys.stderr)
+            code = 3
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # skip exit handlers: under the guard, a failing malloc can make them spin for minutes
     rows = []
     for task in args.tasks:
         for attention in args.attentions:

@@ -39,7 +39,7 @@ def test_each_cell_runs_in_a_fresh_process(tmp_path, capsys):
 
 def test_a_cell_over_the_guard_is_reported_not_raised(tmp_path):
     code = step_memory.main(["--tasks", "retrieval", "--attentions", "linear", "--batch", "2", "--guard-gib", "0.3",
-                             "--out", str(tmp_path), "experiment=quick"])
+                             "--timeout", "300", "--out", str(tmp_path), "experiment=quick"])
     assert code == 0
     row = pd.read_csv(tmp_path / "step_memory.csv").iloc[0]
     assert row.status.startswith(("over the 0.3 GiB guard", "failed")) and not row.fits
