@@ -34,3 +34,16 @@ def random_qkv_mask(b: int = 2, h: int = 2, n: int = 20, d: int = 8, real: int |
     mask = torch.ones(b, n, dtype=torch.bool)
     mask[row, (n - 6 if real is None else real):] = False
     return q, k, v, mask
+
+
+def saved_bytes(fn, *inputs) -> int:
+    """Bytes of the distinct storages autograd saves for backward while ``fn(*inputs)`` runs."""
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(*inputs)
+    return sum(storages.values())

@@ -14,7 +14,7 @@ import attention_zoo
 from attention_zoo._blocks import masked_softmax
 from attention_zoo.bigbird import bigbird_layout, gathered_attention, naive_bigbird
 from attention_zoo.softmax import naive_softmax
-from tests.conftest import assert_close, random_qkv_mask
+from tests.conftest import assert_close, random_qkv_mask, saved_bytes
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "attention"
 
@@ -103,19 +103,6 @@ def test_options_are_validated_and_yaml_lists_the_defaults():
     conf = yaml.safe_load((CONF / "bigbird.yaml").read_text())
     assert conf.pop("name") == "bigbird"
     assert conf == attention_zoo.options("bigbird")
-
-
-def saved_bytes(fn, *inputs) -> int:
-    """Bytes of the distinct storages autograd saves for backward while ``fn(*inputs)`` runs."""
-    storages = {}
-
-    def pack(t):
-        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn(*inputs)
-    return sum(storages.values())
 
 
 def gathered_by_autograd(qb, kb, vb, idx, allowed):

@@ -12,7 +12,7 @@ import attention_zoo
 from attention_zoo._chunked_attention import chunked_kernel_attention
 from attention_zoo.hedgehog import HedgehogChunkMap, hedgehog_feature_map
 from attention_zoo.kernel import kernel_attention, values_and_ones
-from tests.conftest import assert_close, random_qkv_mask
+from tests.conftest import assert_close, random_qkv_mask, saved_bytes
 
 
 def qkv_mask(b=2, h=2, n=20, d=8):
@@ -101,19 +101,6 @@ def test_features_are_float32_under_bf16_autocast():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert attn.features(q.bfloat16(), "k").dtype == torch.float32
         assert attn(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask).dtype == torch.bfloat16
-
-
-def saved_bytes(fn, *inputs) -> int:
-    """Bytes of the distinct storages autograd saves for backward while ``fn(*inputs)`` runs."""
-    storages = {}
-
-    def pack(t):
-        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn(*inputs)
-    return sum(storages.values())
 
 
 def materialised(attn, q, k, v, mask):
