@@ -22,6 +22,9 @@ from .schedules import lr_multiplier
 def attention_factory(cfg: dict[str, Any], max_len: int):
     """A builder ``make(layer=0)`` of the configured attention; bad names/options become ``UserError``.
 
+    The options are checked by one build on the meta device (shapes only), so the real modules are built
+    once per layer and the initial weights do not depend on how often the config was checked.
+
     Mechanisms with a ``seed`` option (fixed random features) get a distinct seed per layer and per run
     seed, as PolySketchFormer folds the layer index into its sketch key. ``task.causal: true`` makes the
     attention causal. ``model.attention_dropout`` (LRA's ``attention_dropout_rate``) goes to the mechanisms
@@ -47,7 +50,8 @@ def attention_factory(cfg: dict[str, Any], max_len: int):
     if known:
         check_option_types(name, opts)
     try:
-        make()  # besides the check, this build advances torch's RNG: the runs' initial weights depend on it
+        with torch.device("meta"):  # a check without weights: it draws nothing from torch's RNG
+            make()
     except (ValueError, TypeError) as err:
         raise UserError(f"attention={name}: {err}") from None
     return make

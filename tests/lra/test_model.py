@@ -58,3 +58,26 @@ def test_checkpointed_blocks_give_the_same_outputs_and_gradients_in_training(att
     (plain, plain_grads), (recomputed, recomputed_grads) = results
     assert torch.equal(plain, recomputed)
     assert all(torch.allclose(a, b, rtol=1e-6, atol=1e-7) for a, b in zip(plain_grads, recomputed_grads, strict=True))
+
+
+@pytest.mark.parametrize("attention", ["llops", "linformer", "performer", "softmax"])
+def test_the_attention_is_built_once_per_layer_and_its_check_draws_no_random_numbers(attention, monkeypatch):
+    import attention_zoo
+    from lra.module import build_encoder
+
+    real_build, built = attention_zoo.build, []
+
+    def counting_build(*args, **kwargs):
+        module = real_build(*args, **kwargs)
+        built.append(next(iter(module.parameters()), torch.empty(0)).is_meta)
+        return module
+
+    monkeypatch.setattr(attention_zoo, "build", counting_build)
+    cfg = compose_config([f"attention={attention}", "model.depth=3"])
+    torch.manual_seed(0)
+    state = torch.random.get_rng_state()
+    make = attention_factory(cfg, 64)  # the up-front check of the options
+    assert torch.equal(state, torch.random.get_rng_state()) and built == [True] and make is not None
+    built.clear()
+    build_encoder(cfg, vocab_size=16)
+    assert built == [True, False, False, False]  # its own shape-only check, then one module per layer
