@@ -16,13 +16,14 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from results.protocol import IGNORED_LEAVES
+
 NAME = "microscope"
 MODELS = Path("outputs/analyses") / NAME / "models"
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 # keys that say where or how a run ran, not what it learned (run.py leaves them out of run-folder names too);
 # `experiment` only names a preset whose values are in the other keys (older records lack it)
 WHERE_OR_HOW = ("tag", "experiment", "data_dir", "trainer", "rerun", "reuse_freed_memory", "analysis", "checkpoint")
-DATA_WHERE_OR_HOW = ("root", "num_workers")
 
 
 def compose_config(overrides: list[str]) -> dict[str, Any]:
@@ -33,11 +34,16 @@ def compose_config(overrides: list[str]) -> dict[str, Any]:
 
 
 def what_it_learned(cfg: dict[str, Any]) -> dict[str, Any]:
-    """``cfg`` without the keys that only say where or how it ran: two runs equal here trained the same model."""
-    kept = {k: v for k, v in cfg.items() if k not in WHERE_OR_HOW}
-    task = dict(kept.get("task") or {})
-    task["data"] = {k: v for k, v in (task.get("data") or {}).items() if k not in DATA_WHERE_OR_HOW}
-    return {**kept, "task": task}
+    """``cfg`` without the keys that only say where or how it ran (top level: ``WHERE_OR_HOW``; nested: the
+    leaves ``results.protocol`` ignores, such as ``task.data.root`` and ``model.checkpoint_blocks``, which a
+    record older than the key lacks): two runs equal here trained the same model."""
+
+    def drop_how(node: Any) -> Any:
+        if not isinstance(node, dict):
+            return node
+        return {k: drop_how(v) for k, v in node.items() if k not in IGNORED_LEAVES}
+
+    return {k: drop_how(v) for k, v in cfg.items() if k not in WHERE_OR_HOW}
 
 
 def config_digest(cfg: dict[str, Any]) -> str:

@@ -137,6 +137,12 @@ def test_finished_run_matches_what_was_learned(tmp_path):
     assert what_it_learned(cfg) == what_it_learned(moved)
     assert finished_run(cfg, [tmp_path]) == run / "checkpoints" / "best.ckpt"
     assert finished_run({**cfg, "seed": 1}, [tmp_path]) is None
+    # a key added to conf/ after the run was recorded, that says how it ran, not what it learned
+    assert finished_run({**cfg, "model": {"dim": 8, "checkpoint_blocks": False}}, [tmp_path]) is None
+    record["config"] = {**moved, "model": {"dim": 8}}
+    (run / "result.json").write_text(json.dumps(record))
+    assert finished_run({**cfg, "model": {"dim": 8, "checkpoint_blocks": False}}, [tmp_path]) is not None
+    assert finished_run({**cfg, "model": {"dim": 16, "checkpoint_blocks": False}}, [tmp_path]) is None
 
 
 def test_table_has_both_parts(tmp_path):
