@@ -6,10 +6,7 @@ module of this package is imported here, so a new mechanism is one new file that
 """
 
 import importlib
-import os
 import pkgutil
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep (see lra/__init__.py)
 
 from .registry import available, build, extra_inputs, get, options, register
 

@@ -1,9 +1,5 @@
 """Benchmarks (not tests): whole-run estimates, the PyTorch LRA port's step beside ours, step memory.
 
 Run them on a quiet machine, e.g. ``python -m benchmarks.run_estimate``; each writes a CSV under
-``results/tables/bench/``. Importing this package before torch makes OpenMP's idle threads sleep, as ``lra``.
+``results/tables/bench/``.
 """
-
-import os
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

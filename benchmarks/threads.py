@@ -1,13 +1,16 @@
 """The quick job's time on an idle machine and beside one busy process: ``python -m benchmarks.threads``.
 
-OpenMP threads that wait by spinning (``OMP_WAIT_POLICY=ACTIVE``, libgomp's habit for a short while at
-every barrier) hold a core while they wait, so a 2-thread job beside one other busy process on 2 cores
-stalls at every parallel region; ``lra`` sets ``PASSIVE`` before torch loads unless the user set it.
-Each case runs ``python run.py task=listops attention=<a> experiment=quick task.max_steps=<steps>`` in a
-fresh process (outputs under a temporary folder) with ``OMP_NUM_THREADS`` and ``OMP_WAIT_POLICY`` set,
-once with the machine as it is ("idle": run it on a quiet machine) and once beside a one-thread busy
-loop ("busy"). Reports the whole command's wall time and the training time the run records
-(``fit_time_s``: steps and their validations). Writes ``threads.csv``. A benchmark, not a test.
+OpenMP threads that wait by spinning hold a core while they wait, so a 2-thread job beside one other busy
+process on 2 cores stalls at every parallel region; threads that sleep at once pay a wake-up at every
+region, which on an idle machine costs as much as a second thread gains. A policy is ``PASSIVE`` or
+``ACTIVE`` (``OMP_WAIT_POLICY``) or ``spin:N`` (libgomp's ``GOMP_SPINCOUNT=N``: spin N rounds, then sleep;
+libgomp's own default when neither is set is 300000, about 3 ms), and a first case sets none of them nor
+``OMP_NUM_THREADS``: what ``run.py`` does by itself (``lra.threads``). Each case runs
+``python run.py task=listops attention=<a> experiment=quick task.max_steps=<steps>`` in a fresh process
+(outputs under a temporary folder) with ``OMP_NUM_THREADS`` and the policy set, once with the machine as it
+is ("idle": run it on a quiet machine) and once beside a one-thread busy loop ("busy"). Reports the whole
+command's wall time and the training time the run records (``fit_time_s``: steps and their validations).
+Writes ``threads.csv``. A benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -49,12 +52,20 @@ def job_command(attention: str, steps: int, run_dir: Path, overrides: list[str])
             f"hydra.run.dir={run_dir}", *overrides]
 
 
-def job_env(threads: int, policy: str) -> dict[str, str]:
-    """This environment with the thread count and wait policy of one case."""
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": policy}
+def job_env(threads: int | None, policy: str) -> dict[str, str]:
+    """This environment with the thread count and wait policy (``PASSIVE``, ``ACTIVE``, ``spin:N``) of one case;
+    ``threads=None``: none of them set, the suite chooses (``lra.threads``: libgomp's spin, free cores)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS")}
+    if threads is None:
+        return env
+    if policy.startswith("spin:"):
+        return {**env, "OMP_NUM_THREADS": str(threads), "GOMP_SPINCOUNT": str(int(policy[5:]))}
+    if policy not in ("PASSIVE", "ACTIVE"):
+        raise ValueError(f"policy {policy!r}: use PASSIVE, ACTIVE or spin:N (GOMP_SPINCOUNT)")
+    return {**env, "OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": policy}
 
 
-def run_case(attention: str, steps: int, threads: int, policy: str, kind: str, overrides: list[str]) -> dict:
+def run_case(attention: str, steps: int, threads: int | None, policy: str, kind: str, overrides: list[str]) -> dict:
     """One case in a fresh process: wall seconds of the command and the run's recorded fit time."""
     with tempfile.TemporaryDirectory() as tmp, load(kind):
         run_dir = Path(tmp) / "run"
@@ -64,7 +75,8 @@ def run_case(attention: str, steps: int, threads: int, policy: str, kind: str, o
         wall = time.perf_counter() - start
         record = run_dir / "result.json"
         fit = json.loads(record.read_text()).get("fit_time_s") if record.exists() else None
-    row = {"attention": attention, "steps": steps, "threads": threads, "policy": policy, "load": kind,
+    row = {"attention": attention, "steps": steps, "threads": "auto" if threads is None else threads,
+           "policy": policy, "load": kind,
            "wall_s": wall, "fit_s": fit, "status": "ok" if done.returncode == 0 else f"exit {done.returncode}"}
     if done.returncode:
         row["status"] += ": " + (done.stderr.strip().splitlines() or [""])[-1][:200]
@@ -78,19 +90,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attention", default="llops")
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--threads", type=int, nargs="+", default=[2, 1])
-    parser.add_argument("--policies", nargs="+", default=["PASSIVE", "ACTIVE"], choices=["PASSIVE", "ACTIVE"])
+    parser.add_argument("--policies", nargs="+", default=["PASSIVE", "ACTIVE", "spin:300000"],
+                        help="PASSIVE, ACTIVE or spin:N (GOMP_SPINCOUNT=N); the first is used for one thread. "
+                             "A first case always runs with none of them set: the suite's own choice")
     parser.add_argument("--loads", nargs="+", default=["idle", "busy"], choices=["idle", "busy"])
     parser.add_argument("--out", default="results/tables/bench")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every case")
     args = parser.parse_args(argv)
+    cases = [(None, "suite")] + [(t, p) for t, p in itertools.product(args.threads, args.policies)
+                                 if t > 1 or p == args.policies[0]]  # one thread never waits at a barrier
     rows = []
-    for kind, threads, policy in itertools.product(args.loads, args.threads, args.policies):
-        if threads == 1 and policy != args.policies[0]:
-            continue  # one thread never waits at a barrier: the policy cannot matter
+    for kind, (threads, policy) in itertools.product(args.loads, cases):
         rows.append(run_case(args.attention, args.steps, threads, policy, kind, args.overrides))
         r = rows[-1]
         fit = f"{r['fit_s']:.1f}" if r["fit_s"] is not None else "-"
-        print(f"{kind:>5} {threads} thread(s) {policy:>7}: {r['wall_s']:6.1f} s command, {fit} s training"
+        print(f"{kind:>5} {r['threads']} thread(s) {policy:>12}: {r['wall_s']:6.1f} s command, {fit} s training"
               f"  {r['status'] if r['status'] != 'ok' else ''}", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

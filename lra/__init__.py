@@ -1,10 +1,5 @@
 """LRA tasks, the encoder backbone, and the training run behind ``run.py``.
 
-Importing ``lra`` before torch makes OpenMP's idle threads sleep instead of spinning
-(``OMP_WAIT_POLICY=PASSIVE`` unless set): with spinning threads a 2-thread job beside one other busy
-process ran ~10x slower on 2 cores (README, "Threads").
+A run uses as many intra-op threads as there are cores that other processes leave free, re-checked while it
+trains (``lra.threads``, README "Threads"), unless ``OMP_NUM_THREADS`` is set.
 """
-
-import os
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

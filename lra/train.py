@@ -29,6 +29,7 @@ from .lock import run_folder_lock
 from .loggers import ResumableCSVLogger
 from .module import attention_factory
 from .record import RECORD_NAME, completed_record, new_record, now, write_json_atomic
+from .threads import FreeCoreThreads
 
 log = logging.getLogger(__name__)
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
@@ -87,9 +88,7 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     if cfg.get("reuse_freed_memory", True):
         reuse_freed_memory()
     tasks = task_module(cfg["task"]["name"])
-    # a bad attention option fails before any data work; like attention_factory's own check, this build also
-    # advances torch's RNG where a mechanism draws weights as it is built (llops, linformer, ...)
-    attention_factory(cfg, cfg["task"]["max_len"])
+    attention_factory(cfg, cfg["task"]["max_len"])  # a bad attention option fails before any data work
     ckpt_dir = run_dir / "checkpoints"
     resume = ckpt_dir / "last.ckpt"
     resume = resume if resume.exists() and not cfg["trainer"].get("fast_dev_run") else None
@@ -106,6 +105,8 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
             f"(trainer.gradient_clip_val=1.0); last.ckpt holds the last validated state before it.")
     callbacks = [checkpoint, LearningRateMonitor("step"), CheckpointOnPreemption(ckpt_dir / "last.ckpt"),
                  StopOnDivergence(hint)]
+    if FreeCoreThreads.wanted():
+        callbacks.append(FreeCoreThreads())
     if cfg["checkpoint"]["save_last"]:  # Lightning's save_last only follows improvements; this is every validation
         callbacks.append(RunFolderCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, save_top_k=1,
                                              enable_version_counter=False))

@@ -79,9 +79,11 @@ def memory_table(frame: pd.DataFrame) -> str:
 
 def threads_table(frame: pd.DataFrame) -> str:
     """``benchmarks.threads``: the quick job's steps idle and beside one busy process, per thread setting."""
-    rows = [[r.load, str(r.threads), r.policy, _num(r.wall_s), _num(r.fit_s), "" if r.status == "ok" else r.status]
-            for r in frame.itertuples()]
-    return markdown_table(["machine", "threads", "OMP_WAIT_POLICY", "command (s)", "training (s)", "status"], rows)
+    names = {"suite": "none set: run.py's own (lra.threads)", "PASSIVE": "OMP_WAIT_POLICY=PASSIVE",
+             "ACTIVE": "OMP_WAIT_POLICY=ACTIVE"}
+    rows = [[r.load, str(r.threads), names.get(r.policy, r.policy.replace("spin:", "GOMP_SPINCOUNT=")),
+             _num(r.wall_s), _num(r.fit_s), "" if r.status == "ok" else r.status] for r in frame.itertuples()]
+    return markdown_table(["machine", "threads", "wait policy", "command (s)", "training (s)", "status"], rows)
 
 
 SECTIONS: list[tuple[str, str, Callable[[pd.DataFrame], str]]] = [

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: idle OpenMP threads sleep, not spin
+# before torch loads: idle OpenMP threads sleep, not spin; a fixed thread count (a caller's on a busy machine,
+# else 2) so that runs inside tests never change it (lra.threads) and numbers stay deterministic
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-
-if "OMP_NUM_THREADS" not in os.environ:  # respect a caller who limits threads on a busy machine
-    torch.set_num_threads(2)
 
 
 def assert_close(ref: torch.Tensor, out: torch.Tensor, ratio: float = 1e-4, atol: float = 1e-6, what: str = ""):

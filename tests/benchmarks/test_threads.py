@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import signal
+
+import pytest
 
 from benchmarks import threads
 
@@ -12,6 +13,12 @@ def test_each_case_sets_thread_count_and_wait_policy():
     env = threads.job_env(2, "ACTIVE")
     assert env["OMP_NUM_THREADS"] == "2" and env["OMP_WAIT_POLICY"] == "ACTIVE"
     assert threads.job_env(1, "PASSIVE")["OMP_WAIT_POLICY"] == "PASSIVE"
+    spin = threads.job_env(2, "spin:3000")
+    assert spin["GOMP_SPINCOUNT"] == "3000" and "OMP_WAIT_POLICY" not in spin
+    suite = threads.job_env(None, "suite")
+    assert not {"OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & suite.keys()
+    with pytest.raises(ValueError, match="spin:N"):
+        threads.job_env(2, "SLEEPY")
 
 
 def test_the_job_is_the_quick_command_cut_to_the_steps_in_its_own_folder(tmp_path):
