@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -128,3 +130,29 @@ class StopOnDivergence(pl.Callback):
         if loss is not None and not torch.isfinite(loss).all():
             raise Diverged(f"the {stage} loss is {float(loss)} after step {trainer.global_step}: the run diverged. "
                            f"{self.hint}")
+
+
+class ValidationProgress(pl.Callback):
+    """One line per validation on stderr when there is no progress bar (``nohup`` logs, analyses' workers):
+    ``<label>: step S/T val_acc A (best B), E min elapsed, ~R min to go`` (rate of this segment)."""
+
+    def __init__(self, label: str):
+        self.label = label
+        self._start: tuple[float, int] | None = None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._start = (time.perf_counter(), trainer.global_step)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        acc = trainer.callback_metrics.get("val/acc")
+        if trainer.sanity_checking or acc is None or self._start is None:
+            return
+        step, total = trainer.global_step, trainer.max_steps
+        elapsed = time.perf_counter() - self._start[0]
+        done = step - self._start[1]
+        to_go = f", ~{elapsed / done * (total - step) / 60:.1f} min to go" if done > 0 and total > step else ""
+        earlier = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
+        best = max(float(acc), float(earlier)) if earlier is not None else float(acc)  # it may save after us
+        best_text = f" (best {best:.4f})"
+        print(f"{self.label}: step {step}/{total} val_acc {float(acc):.4f}{best_text}, {elapsed / 60:.1f} min "
+              f"elapsed{to_go}", file=sys.stderr, flush=True)

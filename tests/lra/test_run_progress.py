@@ -58,3 +58,12 @@ def test_a_completed_run_is_left_alone_and_rerun_true_starts_again(tiny_data_dir
     (replaced,) = (tmp_path / "replaced").iterdir()
     assert json.loads((replaced / "result.json").read_text())["finished_at"] == first["finished_at"]
     assert (replaced / "checkpoints" / "last.ckpt").exists()
+
+
+def test_without_a_progress_bar_each_validation_prints_one_progress_line(tiny_data_dir, tmp_path, capfd):
+    run(config(tiny_data_dir), tmp_path / "run")
+    lines = [line for line in capfd.readouterr().err.splitlines() if "val_acc" in line and "min elapsed" in line]
+    assert [line.split(" step ")[1].split(" ")[0] for line in lines] == ["7/20", "14/20"]  # every 7 steps
+    assert lines[0].startswith("listops/linear/seed0 (run): step 7/20 val_acc ") and "min to go" in lines[0]
+    accs = [float(line.split("val_acc ")[1].split(" ")[0]) for line in lines]
+    assert float(lines[1].split("(best ")[1].split(")")[0]) == max(accs)
