@@ -44,6 +44,63 @@ def train_or_reuse(cfg: dict[str, Any], run_dir: Path, threads: int | None = Non
     return run(cfg, Path(run_dir))
 
 
+def probe_step_seconds(cfg: dict[str, Any], steps: int = 8) -> float:
+    """Seconds one training step of ``cfg`` takes on this thread: ``steps`` plain steps (forward, loss, backward,
+    AdamW) on one training batch after two warm-up steps. Builds the task's data (in memory for ``task=ar``)."""
+    import time
+
+    import torch
+
+    from lra.train import task_module
+
+    tasks = task_module(cfg["task"]["name"])
+    data = tasks.DataModule(cfg)
+    data.prepare_data()
+    data.setup()
+    model = tasks.LitModule(cfg, data.vocab_size, data.num_classes).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batch = next(iter(data.train_dataloader()))
+    for i in range(steps + 2):
+        if i == 2:
+            start = time.perf_counter()
+        loss = model.model_step(batch)[0]
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return (time.perf_counter() - start) / steps
+
+
+def expected_minutes(jobs: dict[str, tuple[dict[str, Any], Path]], workers: int) -> tuple[float, int]:
+    """Expected wall minutes of the runs not completed yet, ``workers`` at a time, and how many there are.
+
+    Each distinct model (its config without the seed) is probed once on one thread (``probe_step_seconds``);
+    validation and test add their forward passes (a third of a training step per batch).
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        probed: dict[str, float] = {}
+        total, todo = 0.0, 0
+        for cfg, run_dir in jobs.values():
+            if completed_record(run_dir) is not None:
+                continue
+            todo += 1
+            key = json.dumps({**cfg, "seed": None}, sort_keys=True, default=str)
+            if key not in probed:
+                probed[key] = probe_step_seconds(cfg)
+            task = cfg["task"]
+            steps = int(task["max_steps"])
+            data = task.get("data") or {}
+            eval_batches = sum(-(-int(data.get(s, 0)) // int(task["batch_size"])) for s in ("val", "test"))
+            validations = max(1, steps // int(task["eval_every"]))
+            total += probed[key] * (steps + eval_batches * validations / 3)
+        return total / max(1, min(workers, todo)) / 60, todo
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _train_or_fail(cfg: dict[str, Any], run_dir: str) -> RunRecord | dict[str, Any]:
     """One run in a worker process; a failure becomes a ``failed`` record so that the other runs go on."""
     try:

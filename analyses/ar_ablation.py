@@ -1,6 +1,8 @@
 """LLoPS associative-recall ablations at CPU scale (LLoPS paper, arXiv 2610.14219, AR ablation table).
 
-``python -m analyses.ar_ablation [--seeds 1] [--jobs 2] [--quick]`` trains ``task=ar`` models:
+``python -m analyses.ar_ablation [--seeds 1] [--features 64 256] [--lrs 1e-3 3e-3 1e-2] [--jobs 2] [--quick]``
+trains ``task=ar`` models (it prints the expected time first, then one line per run and validation, and reuses
+finished runs when run again):
 
 - degree: LLoPS ``p in {2, 4, 6}`` at fixed ``m`` (``attention.degree``, ``attention.features``);
 - width: BASED (``r = 16``) against LLoPS (``p = 4``, same ``m``) at a narrow and a wide model.
@@ -23,9 +25,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from lra.config import compose
 
-from ._runs import run_folder, train_all
+from ._runs import expected_minutes, run_folder, train_all
 from .plotting import pyplot, save
 from .record import ANALYSIS_ROOT, tabulate, write_analysis_record
 
@@ -34,65 +38,92 @@ QUICK = ["task.max_steps=20", "task.eval_every=10", "task.data.train=256", "task
          "task.data.test=64"]
 
 
-def settings(features: int, widths: tuple[int, int], degrees: tuple[int, ...]) -> list[dict[str, Any]]:
-    """The table's rows: setting name, method, its attention overrides and the model width."""
+def settings(features: tuple[int, ...], widths: tuple[int, int], degrees: tuple[int, ...]) -> list[dict[str, Any]]:
+    """The table's rows: setting name, method, its attention overrides and the model width; LLoPS rows once per
+    m in ``features``, BASED rows (no m) once."""
     narrow, wide = widths
-    llops = {"features": features, "square": True}
-    rows = [{"setting": "degree", "method": "llops", "p": p, "d": narrow, "options": {**llops, "degree": p}}
-            for p in degrees]
+    rows = []
+    for m in features:
+        llops = {"features": m, "square": True}
+        rows += [{"setting": "degree", "method": "llops", "p": p, "m": m, "d": narrow,
+                  "options": {**llops, "degree": p}} for p in degrees]
     for name, width in (("width128", narrow), ("width192", wide)):
         rows.append({"setting": name, "method": "based", "r": 16, "d": width, "options": {"feature_dim": 16}})
-        rows.append({"setting": name, "method": "llops", "p": 4, "d": width, "options": {**llops, "degree": 4}})
+        rows += [{"setting": name, "method": "llops", "p": 4, "m": m, "d": width,
+                  "options": {"features": m, "square": True, "degree": 4}} for m in features]
     return rows
 
 
-def run_label(row: dict[str, Any], seed: int) -> str:
-    """Name of one training run; the same (method, options, width, seed) shares one run."""
+def run_label(row: dict[str, Any], seed: int, lr: float) -> str:
+    """Name of one training run; the same (method, options, width, lr, seed) shares one run."""
     options = "_".join(f"{k}{v}" for k, v in sorted(row["options"].items()))
-    return f"{row['method']}_{options}_d{row['d']}_seed{seed}"
+    return f"{row['method']}_{options}_d{row['d']}_lr{lr:g}_seed{seed}"
 
 
-def run_config(row: dict[str, Any], seed: int, extra: list[str]) -> dict[str, Any]:
+def run_config(row: dict[str, Any], seed: int, lr: float, extra: list[str]) -> dict[str, Any]:
     """The resolved run config, composed from ``conf/`` as ``run.py task=ar ...`` would."""
     overrides = ["task=ar", f"attention={row['method']}", f"seed={seed}", f"model.dim={row['d']}",
                  f"model.ffn_dim={2 * row['d']}", "tag=ar_ablation", "trainer.enable_progress_bar=false",
-                 *(f"attention.{k}={v}" for k, v in row["options"].items()), *extra]
+                 f"task.optim.lr={lr}", *(f"attention.{k}={v}" for k, v in row["options"].items()), *extra]
     cfg = compose(overrides)
     cfg["analysis"] = NAME  # results.collect leaves runs of an analysis to its own table
     return cfg
 
 
-def summarise(rows: list[dict[str, Any]], records: dict[str, list[dict[str, Any]]], m: int) -> list[dict]:
-    """Table rows: accuracy on queries (%), mean over the seeds that completed."""
+def crossing_step(record: dict[str, Any], threshold: float = 0.5) -> int | None:
+    """The first validated step at which query accuracy reached ``threshold`` (the MQAR transition), or None."""
+    metrics = Path(record.get("run_dir", "")) / "csv" / "metrics.csv"
+    if not metrics.is_file():
+        return None
+    frame = pd.read_csv(metrics)
+    if "val/acc" not in frame:
+        return None
+    passed = frame.loc[frame["val/acc"] >= threshold, "step"]
+    return int(passed.min()) if len(passed) else None
+
+
+def best_lr(records: dict[float, list[dict[str, Any]]]) -> float:
+    """The learning rate whose completed seeds have the best mean validation accuracy (the paper tunes)."""
+    def score(lr: float) -> float:
+        accs = [r["metrics"]["val_acc"] for r in records[lr] if r.get("status") == "completed"]
+        return statistics.fmean(accs) if accs else float("-inf")
+    return max(records, key=score)
+
+
+def summarise(rows: list[dict[str, Any]], records: dict[str, dict[float, list[dict[str, Any]]]]) -> list[dict]:
+    """Table rows at each row's best learning rate: accuracy on queries (%), mean and std over its completed
+    seeds, and the steps at which each seed crossed 50% (``-`` for a seed that did not)."""
     table = []
     for row in rows:
-        done = [r for r in records[row["key"]] if r.get("status") == "completed"]
+        lr = best_lr(records[row["key"]])
+        done = [r for r in records[row["key"]][lr] if r.get("status") == "completed"]
         accs = [100 * r["metrics"]["test_acc"] for r in done]
+        crossings = [crossing_step(r) for r in done]
         table.append({
-            "setting": row["setting"], "method": row["method"], "p": row.get("p"),
-            "m": m if row["method"] == "llops" else None, "d": row["d"], "r": row.get("r"),
+            "setting": row["setting"], "method": row["method"], "p": row.get("p"), "m": row.get("m"),
+            "d": row["d"], "r": row.get("r"), "lr": lr,
             "accuracy": statistics.fmean(accs) if accs else None,
             "std": statistics.stdev(accs) if len(accs) > 1 else None, "seeds": len(accs),
+            "crossing_steps": " ".join("-" if c is None else str(c) for c in crossings),
             "majority": 100 * done[0]["metrics"]["majority_acc"] if done else None,
-            "wall_s": round(sum(r.get("wall_time_s", 0) for r in done), 1),
+            "wall_s": round(sum(r.get("wall_time_s", 0) for lr_runs in records[row["key"]].values()
+                                for r in lr_runs), 1),
         })
     return table
 
 
 def plot(table: list[dict[str, Any]], path: Path) -> Path:
-    """Accuracy per LLoPS degree (left) and BASED vs LLoPS per width (right)."""
+    """Accuracy (mean, std over seeds) per LLoPS degree and m (left) and BASED vs LLoPS per width (right)."""
     plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
-    degree = [r for r in table if r["setting"] == "degree" and r["accuracy"] is not None]
-    left.bar([f"p={r['p']}" for r in degree], [r["accuracy"] for r in degree], color="tab:blue")
-    left.set(title=f"LLoPS degree (d={degree[0]['d'] if degree else '?'})", ylabel="query accuracy (%)")
-    width = [r for r in table if r["setting"] != "degree" and r["accuracy"] is not None]
-    labels = [f"{r['method']}\nd={r['d']}" for r in width]
-    colors = ["tab:orange" if r["method"] == "based" else "tab:blue" for r in width]
-    right.bar(labels, [r["accuracy"] for r in width], color=colors)
-    right.set(title="BASED (r=16) vs LLoPS (p=4)")
-    for ax in (left, right):
-        ax.set_ylim(0, 100)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for ax, part, title in ((left, [r for r in table if r["setting"] == "degree"], "LLoPS degree"),
+                            (right, [r for r in table if r["setting"] != "degree"], "BASED (r=16) vs LLoPS (p=4)")):
+        part = [r for r in part if r["accuracy"] is not None]
+        labels = [f"{r['method']} d={r['d']}" + (f"\np={r['p']} m={r['m']}" if r["m"] else "") for r in part]
+        colors = ["tab:orange" if r["method"] == "based" else "tab:blue" for r in part]
+        ax.bar(labels, [r["accuracy"] for r in part], yerr=[r["std"] or 0 for r in part], color=colors, capsize=3)
+        ax.set(title=title, ylabel="query accuracy (%)", ylim=(0, 100))
+        ax.tick_params(axis="x", labelsize=7)
     return save(fig, path)
 
 
@@ -100,51 +131,80 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m analyses.ar_ablation", description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=1, help="seeds per run (default 1)")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel, one thread each (default 2)")
-    parser.add_argument("--features", type=int, default=64, help="LLoPS m (default 64; the paper's 256 is 4x slower)")
+    parser.add_argument("--features", type=int, nargs="+", default=[64],
+                        help="LLoPS m, one row each (default 64; the paper's 256 is slower)")
     parser.add_argument("--steps", type=int, default=1500, help="training steps per run (default 1500)")
-    parser.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
+    parser.add_argument("--lrs", type=float, nargs="+", default=[3e-3],
+                        help="peak learning rates; each row reports its best by validation (default 3e-3)")
     parser.add_argument("--widths", type=int, nargs=2, default=(64, 96), help="narrow and wide model width")
     parser.add_argument("--degrees", type=int, nargs="+", default=(2, 4, 6))
     parser.add_argument("--quick", action="store_true", help="a seconds-long smoke version (tests)")
     parser.add_argument("--out-root", default=str(ANALYSIS_ROOT), help="records go to OUT_ROOT/ar_ablation/")
     parser.add_argument("--tables", default="results/tables", help="where the table and PNG go")
-    parser.add_argument("overrides", nargs="*", help="extra run.py overrides, e.g. task.max_steps=4000")
+    parser.add_argument("overrides", nargs="*", help="extra run.py overrides, e.g. task.eval_every=100")
     return parser.parse_args(argv)
 
 
 def plan(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[str], dict[str, tuple[dict, Path]]]:
     """The table's rows, the overrides every run shares, and each training run: ``label: (config, folder)``."""
-    schedule = [f"task.max_steps={args.steps}", f"task.optim.lr={args.lr}", "task.optim.warmup_steps=100"]
-    extra = [*schedule, *(QUICK if args.quick else []), *args.overrides]
-    rows = settings(args.features, tuple(args.widths), tuple(args.degrees))
+    extra = [f"task.max_steps={args.steps}", "task.optim.warmup_steps=100", *(QUICK if args.quick else []),
+             *args.overrides]
+    rows = settings(tuple(args.features), tuple(args.widths), tuple(args.degrees))
     runs_dir = Path(args.out_root) / NAME / "runs"
     jobs: dict[str, tuple[dict, Path]] = {}
     for row in rows:
-        row["key"] = run_label(row, 0)
-        for seed in range(args.seeds):
-            label = run_label(row, seed)
-            if label not in jobs:
-                cfg = run_config(row, seed, extra)
-                jobs[label] = (cfg, run_folder(runs_dir, label, cfg))
+        row["key"] = run_label(row, 0, 0.0)
+        for lr in args.lrs:
+            for seed in range(args.seeds):
+                label = run_label(row, seed, lr)
+                if label not in jobs:
+                    cfg = run_config(row, seed, lr, extra)
+                    jobs[label] = (cfg, run_folder(runs_dir, label, cfg))
     return rows, extra, jobs
+
+
+def claims(table: list[dict[str, Any]]) -> list[str]:
+    """The seed paper's two claims, checked on this table: LLoPS >= BASED at equal width, and p = 4 best."""
+    found = []
+    for m in sorted({r["m"] for r in table if r["m"] is not None}):
+        degree = {r["p"]: r["accuracy"] for r in table if r["setting"] == "degree" and r["m"] == m}
+        if degree and None not in degree.values():
+            best = max(degree, key=degree.get)
+            found.append(f"m = {m}: p = 4 best? {'yes' if best == 4 else f'no, p = {best}'} "
+                         f"({', '.join(f'p={p} {a:.1f}' for p, a in sorted(degree.items()))}).")
+        for width in ("width128", "width192"):
+            llops = next((r for r in table if r["setting"] == width and r["method"] == "llops" and r["m"] == m), None)
+            based = next((r for r in table if r["setting"] == width and r["method"] == "based"), None)
+            if llops and based and llops["accuracy"] is not None and based["accuracy"] is not None:
+                verdict = "yes" if llops["accuracy"] >= based["accuracy"] else "no"
+                found.append(f"m = {m}, {width} (d = {llops['d']}): LLoPS >= BASED? {verdict} "
+                             f"({llops['accuracy']:.1f} vs {based['accuracy']:.1f}).")
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.time()
     rows, extra, jobs = plan(args)
-    print(f"{len(jobs)} training runs under {Path(args.out_root) / NAME / 'runs'}, {args.jobs} at a time",
-          file=sys.stderr)
+    minutes, todo = expected_minutes(jobs, args.jobs)
+    print(f"{len(jobs)} training runs under {Path(args.out_root) / NAME / 'runs'} ({len(jobs) - todo} already "
+          f"completed, reused), {args.jobs} at a time with one thread each: expected ~{minutes:.0f} min on idle "
+          "cores (a probe of each model's step; a busy machine is slower). One line per run and validation:",
+          file=sys.stderr, flush=True)
     done = train_all(jobs, args.jobs)
-    records = {row["key"]: [done[run_label(row, s)] for s in range(args.seeds)] for row in rows}
-    table = summarise(rows, records, args.features)
+    records = {row["key"]: {lr: [done[run_label(row, s, lr)] for s in range(args.seeds)] for lr in args.lrs}
+               for row in rows}
+    table = summarise(rows, records)
+    steps = next(iter(jobs.values()))[0]["task"]["max_steps"]
     failed = sorted(label for label, record in done.items() if record.get("status") != "completed")
     notes = [f"Ours: CPU scale, seq_len/pairs/vocab of conf/task/ar.yaml, widths {args.widths[0]} (row width128) "
-             f"and {args.widths[1]} (row width192), m = {args.features}, {args.steps} steps at lr {args.lr}, "
-             f"{args.seeds} seed(s); test accuracy on query positions (%)."]
+             f"and {args.widths[1]} (row width192), m in {args.features}, {steps} steps, lr the best of "
+             f"{args.lrs} by mean validation accuracy, {args.seeds} seed(s); test accuracy on query positions (%), "
+             "mean and std over seeds; crossing_steps: per seed, the first validated step with query accuracy "
+             ">= 50% (- : never).", *claims(table)]
     notes += [f"failed run: {label}" for label in failed]
-    config = {"seeds": args.seeds, "features": args.features, "widths": list(args.widths),
-              "degrees": list(args.degrees), "overrides": extra, "runs": sorted(jobs)}
+    config = {"seeds": args.seeds, "features": list(args.features), "lrs": list(args.lrs),
+              "widths": list(args.widths), "degrees": list(args.degrees), "overrides": extra, "runs": sorted(jobs)}
     path = write_analysis_record(NAME, table, keys=["setting", "method", "p"], config=config, started=started,
                                  published="llops_ar_ablation", out_root=args.out_root, notes=notes)
     written = tabulate(NAME, path, args.tables)

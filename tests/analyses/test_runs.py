@@ -15,7 +15,7 @@ def planned(tmp_path, *argv: str) -> dict[str, tuple[dict, object]]:
     return ar_ablation.plan(ar_ablation.parse_args([*BASE, "--out-root", str(tmp_path), *argv]))[2]
 
 
-@pytest.mark.parametrize("changed", [["--steps", "7"], ["--lr", "0.01"], ["model.dropout=0.2"]],
+@pytest.mark.parametrize("changed", [["--steps", "7"], ["--lrs", "0.01"], ["model.dropout=0.2"]],
                          ids=["steps", "lr", "override"])
 def test_a_changed_setting_cannot_resume_another_settings_checkpoint(tmp_path, changed):
     base = planned(tmp_path)
@@ -23,9 +23,10 @@ def test_a_changed_setting_cannot_resume_another_settings_checkpoint(tmp_path, c
         (run_dir / "checkpoints").mkdir(parents=True)
         (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"base setting")
     other = planned(tmp_path, *changed)
-    assert base.keys() == other.keys()
-    for label, (cfg, run_dir) in other.items():
-        assert run_dir != base[label][1] and cfg != base[label][0]
+    assert len(other) == len(base)
+    assert not {run_dir for _, run_dir in base.values()} & {run_dir for _, run_dir in other.values()}
+    assert not [cfg for cfg, _ in other.values() if cfg in [c for c, _ in base.values()]]
+    for _, run_dir in other.values():
         assert not (run_dir / "checkpoints" / "last.ckpt").exists()
 
 

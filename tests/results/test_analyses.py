@@ -6,6 +6,7 @@ import json
 import time
 
 import pandas as pd
+import pytest
 
 from analyses import ar_ablation
 from analyses.record import write_analysis_record
@@ -58,18 +59,32 @@ def test_results_command_writes_analysis_tables_and_ignores_analysis_runs(tmp_pa
     assert (tmp_path / "tables" / "ar_ablation.csv").exists()
 
 
-def test_ar_ablation_rows_share_the_llops_run_of_the_narrow_width():
-    rows = ar_ablation.settings(64, (64, 96), (2, 4, 6))
-    assert [(r["setting"], r["method"]) for r in rows] == [
-        ("degree", "llops"), ("degree", "llops"), ("degree", "llops"), ("width128", "based"),
-        ("width128", "llops"), ("width192", "based"), ("width192", "llops")]
-    labels = {ar_ablation.run_label(r, 0) for r in rows}
-    assert len(labels) == 6  # degree p=4 and width128 LLoPS are one run
-    runs = {ar_ablation.run_label(r, 0): {"status": "completed", "wall_time_s": 1.0,
-                                         "metrics": {"test_acc": 0.25 + 0.01 * i, "majority_acc": 0.03}}
-            for i, r in enumerate(rows)}
+def test_ar_ablation_rows_share_the_llops_run_of_the_narrow_width_and_take_each_rows_best_lr(tmp_path):
+    rows = ar_ablation.settings((64, 256), (64, 96), (2, 4))
+    assert [(r["setting"], r["method"], r.get("m")) for r in rows] == [
+        ("degree", "llops", 64), ("degree", "llops", 64), ("degree", "llops", 256), ("degree", "llops", 256),
+        ("width128", "based", None), ("width128", "llops", 64), ("width128", "llops", 256),
+        ("width192", "based", None), ("width192", "llops", 64), ("width192", "llops", 256)]
+    labels = {ar_ablation.run_label(r, 0, 1e-3) for r in rows}
+    assert len(labels) == 8  # degree p=4 and width128 LLoPS are one run, at each m
+    curve = tmp_path / "csv"
+    curve.mkdir()
+    (curve / "metrics.csv").write_text("step,val/acc\n99,0.2\n199,\n299,0.55\n399,0.9\n")
+
+    def record(acc: float, val: float) -> dict:
+        return {"status": "completed", "wall_time_s": 1.0, "run_dir": str(tmp_path),
+                "metrics": {"test_acc": acc, "val_acc": val, "majority_acc": 0.03}}
+
     for row in rows:
-        row["key"] = ar_ablation.run_label(row, 0)
-    table = ar_ablation.summarise(rows, {row["key"]: [runs[row["key"]]] for row in rows}, 64)
-    p4, width128 = table[1], table[4]
-    assert p4["accuracy"] == width128["accuracy"] and p4["m"] == 64 and table[3]["m"] is None
+        row["key"] = ar_ablation.run_label(row, 0, 0.0)
+    # lr 1e-3: better validation for every row, so every row reports it; two seeds each
+    records = {row["key"]: {3e-3: [record(0.2, 0.2)] * 2, 1e-3: [record(0.5, 0.6), record(0.7, 0.6)]}
+               for row in rows}
+    table = ar_ablation.summarise(rows, records)
+    assert {r["lr"] for r in table} == {1e-3}
+    assert table[0]["accuracy"] == pytest.approx(60) and table[0]["std"] == pytest.approx(14.142, abs=1e-3)
+    assert table[0]["seeds"] == 2 and table[0]["crossing_steps"] == "299 299"
+    assert table[4]["m"] is None and table[2]["m"] == 256
+    table[5]["accuracy"], table[4]["accuracy"] = 40.0, 50.0  # width128: BASED ahead at m = 64
+    verdicts = ar_ablation.claims(table)
+    assert any("m = 64, width128" in v and "LLoPS >= BASED? no" in v for v in verdicts)
