@@ -139,6 +139,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--widths", type=int, nargs=2, default=(64, 96), help="narrow and wide model width")
     parser.add_argument("--degrees", type=int, nargs="+", default=(2, 4, 6))
     parser.add_argument("--quick", action="store_true", help="a seconds-long smoke version (tests)")
+    parser.add_argument("--estimate", action="store_true", help="print the runs and the expected time, train nothing")
     parser.add_argument("--out-root", default=str(ANALYSIS_ROOT), help="records go to OUT_ROOT/ar_ablation/")
     parser.add_argument("--tables", default="results/tables", help="where the table and PNG go")
     parser.add_argument("overrides", nargs="*", help="extra run.py overrides, e.g. task.eval_every=100")
@@ -191,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
           f"completed, reused), {args.jobs} at a time with one thread each: expected ~{minutes:.0f} min on idle "
           "cores (a probe of each model's step; a busy machine is slower). One line per run and validation:",
           file=sys.stderr, flush=True)
+    if args.estimate:
+        return 0
     done = train_all(jobs, args.jobs)
     records = {row["key"]: {lr: [done[run_label(row, s, lr)] for s in range(args.seeds)] for lr in args.lrs}
                for row in rows}
