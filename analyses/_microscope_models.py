@@ -13,29 +13,24 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
-from results.protocol import IGNORED_LEAVES
+from lra.config import IGNORED_LEAVES, compose
 
 NAME = "microscope"
 MODELS = Path("outputs/analyses") / NAME / "models"
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 # keys that say where or how a run ran, not what it learned (run.py leaves them out of run-folder names too);
 # `experiment` only names a preset whose values are in the other keys (older records lack it)
 WHERE_OR_HOW = ("tag", "experiment", "data_dir", "trainer", "rerun", "reuse_freed_memory", "analysis", "checkpoint")
 
 
 def compose_config(overrides: list[str]) -> dict[str, Any]:
-    """The resolved config ``python run.py <overrides>`` would run (``conf/``, Hydra's compose API)."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=list(overrides))
-        return OmegaConf.to_container(cfg, resolve=True)
+    """The resolved config ``python run.py <overrides>`` would run (``lra.config.compose``)."""
+    return compose(overrides)
 
 
 def what_it_learned(cfg: dict[str, Any]) -> dict[str, Any]:
     """``cfg`` without the keys that only say where or how it ran (top level: ``WHERE_OR_HOW``; nested: the
-    leaves ``results.protocol`` ignores, such as ``task.data.root`` and ``model.checkpoint_blocks``, which a
+    leaves ``lra.config.IGNORED_LEAVES``, such as ``task.data.root`` and ``model.checkpoint_blocks``, which a
     record older than the key lacks): two runs equal here trained the same model."""
 
     def drop_how(node: Any) -> Any:

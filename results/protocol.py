@@ -16,13 +16,12 @@ import pandas as pd
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from lra.config import CONF_DIR, compose
+from lra.config import CONF_DIR, IGNORED_LEAVES, compose
 
 DEFAULT_TAG = "default"
 SECTIONS = ("task", "model", "trainer")
 TRAINER_KEYS = ("max_steps", "precision", "gradient_clip_val", "gradient_clip_algorithm", "accumulate_grad_batches")
 # where the data lives and how fast it loads or evaluates, not what it is
-IGNORED_LEAVES = ("root", "num_workers", "workers", "eval_batch_size", "checkpoint_blocks")  # how, not what
 ABSENT = "<absent>"
 # settings added to conf/ after runs were recorded, with the value those older runs used implicitly
 IMPLICIT = {"task.optim.schedule": "linear", "model.attention_dropout": 0.0}
