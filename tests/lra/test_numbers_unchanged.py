@@ -16,9 +16,12 @@ from tests.lra.conftest import TINY, compose_config
 
 SHORT = ["task.max_steps=6", "task.eval_every=3", "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false"]
 PINNED = {
-    "listops/llops": ([2.352262258529663, 2.330249309539795, 2.2946298122406006, 2.297590494155884,
-                       2.316605806350708, 2.293139934539795],
-                      {"val_acc": 0.09375, "test_acc": 0.0625, "test_loss": 2.317542552947998, "majority_acc": 0.125}),
+    # since d0c1e18 the options check builds on the meta device and draws nothing: llops's sketches come from
+    # the stream one build earlier than before (the losses were 2.3523, 2.3302, ... with the extra builds)
+    "listops/llops": ([2.3118155002593994, 2.3155860900878906, 2.290053367614746, 2.298307418823242,
+                       2.297926425933838, 2.3084428310394287],
+                      {"val_acc": 0.203125, "test_acc": 0.046875, "test_loss": 2.2964611053466797,
+                       "majority_acc": 0.125}),
     "ar/softmax": ([3.09656023979187, 2.867654800415039, 3.1106715202331543, 3.11946702003479, 3.165630340576172,
                     3.1376712322235107],
                    {"val_acc": 0.05624999850988388, "test_acc": 0.03750000149011612, "test_loss": 3.0518698692321777,
