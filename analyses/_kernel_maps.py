@@ -125,3 +125,44 @@ def rmae(approx: Tensor, exact: Tensor) -> float:
 def relative_frobenius(approx: Tensor, exact: Tensor) -> float:
     """``||K_hat - K||_F / ||K||_F`` over every head and pair."""
     return float((approx.double() - exact.double()).norm() / exact.double().norm())
+
+
+def _update_factor(x: Tensor, theta: Tensor, j: int, partner: Tensor, target: Tensor, ridge: float) -> None:
+    """Exact least squares for factor ``j`` of one side's ``theta`` ``(H, 1, p, d, m)``, the rest held fixed.
+
+    ``K_hat = phi(x) partner^T`` is linear in ``theta_j``: with ``beta = prod_{j' != j} x theta_j'`` ``(H, N, m)``
+    the normal equations are ``((X^T X) o (1 kron G)) vec(theta_j) = vec(x^T (beta o (T partner)))`` where
+    ``X = x (row-wise Kronecker) beta`` ``(H, N, d m)`` and ``G = partner^T partner`` ``(H, m, m)``.
+    """
+    heads, _, p, d, m = theta.shape
+    feats = torch.einsum("hnd,hjdm->hjnm", x, theta[:, 0])  # (H, p, N, m)
+    others = [feats[:, i] for i in range(p) if i != j]
+    beta = torch.stack(others).prod(0) if others else torch.ones_like(feats[:, 0])  # (H, N, m)
+    design = (x.unsqueeze(-1) * beta.unsqueeze(-2)).flatten(2)  # (H, N, d m), index a * m + i
+    normal = (design.transpose(-1, -2) @ design) * (partner.transpose(-1, -2) @ partner).repeat(1, d, d)
+    rhs = torch.einsum("hna,hni->hai", x, beta * (target @ partner)).reshape(heads, d * m, 1)
+    diag = normal.diagonal(dim1=-2, dim2=-1)
+    normal = normal + ridge * diag.mean(-1, keepdim=True)[..., None] * torch.eye(d * m, dtype=normal.dtype)
+    theta[:, 0, j] = torch.linalg.solve(normal, rhs).reshape(heads, d, m)
+
+
+@torch.no_grad()
+def als_refine(model: LLoPSMap, q: Tensor, k: Tensor, p: int, *, sweeps: int, ridge: float = 1e-8) -> list[float]:
+    """Alternating least squares on every fit query x every fit key: each sweep solves each of the 2p factors of
+    ``Theta_q, Theta_k`` exactly with the others fixed (the objective never rises, up to the ridge). Works in
+    float64 on copies and writes the result back into ``model``; returns the relative Frobenius error on the fit
+    pairs after each sweep."""
+    q, k = q.double(), k.double()
+    target = exact_kernel(q, k, p)  # (H, Nq, Nk)
+    theta_q, theta_k = model.theta_q.detach().double().clone(), model.theta_k.detach().double().clone()
+    errors = []
+    for _ in range(sweeps):
+        for j in range(p):
+            _update_factor(q, theta_q, j, sketch_features(k, theta_k), target, ridge)
+        for j in range(p):
+            _update_factor(k, theta_k, j, sketch_features(q, theta_q), target.transpose(-1, -2), ridge)
+        approx = sketch_features(q, theta_q) @ sketch_features(k, theta_k).transpose(-1, -2)
+        errors.append(relative_frobenius(approx, target))
+    model.theta_q.copy_(theta_q.to(model.theta_q.dtype))
+    model.theta_k.copy_(theta_k.to(model.theta_k.dtype))
+    return errors

@@ -11,6 +11,7 @@ from analyses import kernel_approx
 from analyses._kernel_maps import (
     LLoPSMap,
     MLPMap,
+    als_refine,
     exact_kernel,
     fit_map,
     predict,
@@ -57,6 +58,23 @@ def test_llops_fit_beats_the_random_sketch_on_low_rank_vectors():
     learned = rmae(predict(llops, q_out, k_out), exact)
     randoms = [rmae(random_sketch(q_out, k_out, p, m, gen), exact) for _ in range(4)]
     assert learned < 0.1 and learned < min(randoms) / 5
+
+
+def test_als_never_raises_the_fit_error_and_reaches_a_kernel_a_sketch_can_express():
+    """Vectors in a 2-dim subspace: (q . k)^p has rank p + 1 <= m there, products of linear forms express it, and
+    ALS from a random sketch gets there; the fit error falls every sweep (each update is an exact solve)."""
+    gen = torch.Generator().manual_seed(3)
+    d, m = 8, 6
+    basis = torch.linalg.qr(torch.randn(d, 2, generator=gen))[0]
+    q, k = (low_rank_vectors(300, basis, gen).expand(2, -1, -1) for _ in range(2))  # two heads
+    for p in (2, 3):
+        fmap = LLoPSMap(2, p, d, m, gen)
+        exact = exact_kernel(q.double(), k.double(), p)
+        start = relative_frobenius(predict(fmap, q, k), exact)
+        errors = als_refine(fmap, q, k, p, sweeps=30)
+        assert all(b <= a * (1 + 1e-6) for a, b in zip(errors, errors[1:]))
+        assert errors[-1] < 0.02 < 0.5 < start
+        assert abs(relative_frobenius(predict(fmap, q, k), exact) - errors[-1]) < 1e-4  # written back to the map
 
 
 def test_svd_bound_is_below_every_map_in_frobenius_error():
