@@ -60,7 +60,7 @@ def naive_longformer(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor |
 class _Plan:
     """What the blocks of chunks of one call share: the module's options, masks, dropout seed, block size."""
 
-    def __init__(self, module: "LongformerAttention", real: Tensor, m: int, g: int, seed: int | None):
+    def __init__(self, module: LongformerAttention, real: Tensor, m: int, g: int, seed: int | None):
         self.module, self.real, self.m, self.g, self.seed = module, real, m, g, seed
         self.side, self.chunk = module.window // 2, module.chunk_size
         self.width = self.chunk + 2 * self.side
