@@ -22,8 +22,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
+from analyses._runs import plain_training
 from lra.config import compose
-from lra.tasks import ar
 from lra.train import run
 
 DEFAULTS = ["task=ar", "attention=llops", "attention.degree=4", "attention.features=64", "attention.square=true",
@@ -48,20 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     cfg = compose([*DEFAULTS, *args.overrides])
-    data = ar.DataModule(cfg)
-    data.setup()
-    model = ar.LitModule(cfg, data.vocab_size, data.num_classes).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    data, _, step = plain_training(cfg, lr=1e-3)
     loader = data.train_dataloader()
     batches = iter(loader)
     one = next(batches)
     tokens = one["tokens"].numel()
-
-    def step(batch) -> None:
-        loss = model.model_step(batch)[0]
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
 
     def next_batch():
         nonlocal batches
