@@ -11,6 +11,12 @@ validation every 50 steps over the 2,000 validation trees, then one test pass ov
   from the previous batch's end and scaled by (all batches / timed batches). The middle batch of each group
   of ``--every`` is taken, so the sample spans the lengths of the whole pass.
 
+The floor beside it: the matrix-multiply FLOPs of the same steps and passes (``benchmarks.flops``: training
+steps forward and backward on the timed batches, evaluation forward on the timed batches scaled like the
+times) over ``--cores`` cores at this machine's one-thread GEMM rate (a 1024-square float32 matmul, or
+``--gemm-gflops``): what the run would take if it did nothing but matmuls at full speed. ``cpu_gflops`` is
+the rate a training step achieves per core (FLOPs / its CPU time).
+
 Each time is taken twice: wall time, and the CPU time of this process (all its threads). On a machine
 shared with other jobs the wall time grows with their load; the CPU time of a one-thread measurement
 (``OMP_NUM_THREADS=1``) stays close to what that thread would take alone. Checkpointing and logging are
@@ -32,6 +38,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
+from benchmarks.flops import counter, gemm_gflops
 from lra.allocator import reuse_freed_memory
 from lra.config import compose
 from lra.errors import UserError
@@ -101,6 +108,29 @@ def pass_seconds(cfg: dict, datamodule, model, split: str, every: int) -> tuple[
     return sum(clock.wall) * total / timed, sum(clock.cpu) * total / timed, timed, total
 
 
+def step_gflop(datamodule, model, steps: int) -> float:
+    """Median matmul GFLOP of a training step (forward and backward) over the first ``steps`` batches."""
+    counts = []
+    for batch, _ in zip(datamodule.train_dataloader(), range(steps), strict=False):
+        with counter() as flops:
+            model.model_step(batch)[0].backward()
+        model.zero_grad(set_to_none=True)
+        counts.append(flops.get_total_flops() / 1e9)
+    return statistics.median(counts)
+
+
+def pass_gflop(cfg: dict, datamodule, model, split: str, every: int) -> float:
+    """Matmul GFLOP of one evaluation pass over ``split``, from the batches ``pass_seconds`` times."""
+    batch_size = int(cfg["task"]["data"].get("eval_batch_size") or cfg["task"]["batch_size"])
+    indices, timed, total = sample_batches(datamodule.eval_order(split), batch_size, every)
+    model.eval()
+    with torch.inference_mode(), counter() as flops:
+        for batch in datamodule._loader(split, indices):
+            model.model_step(batch)
+    model.train()
+    return flops.get_total_flops() / 1e9 * total / timed
+
+
 def estimate(attention: str, args) -> dict:
     cfg = compose(["task=listops", f"attention={attention}", *args.overrides])
     if cfg.get("reuse_freed_memory", True):
@@ -116,9 +146,15 @@ def estimate(attention: str, args) -> dict:
     test, test_cpu, test_timed, test_batches = pass_seconds(cfg, datamodule, model, "test", args.every)
     steps, every = int(cfg["task"]["max_steps"]), int(cfg["task"]["eval_every"])
     validations = steps // every
+    gflop = (step_gflop(datamodule, model, args.warmup + args.steps),
+             pass_gflop(cfg, datamodule, model, "val", args.every), pass_gflop(cfg, datamodule, model, "test", args.every))
+    total_gflop = steps * gflop[0] + validations * gflop[1] + gflop[2]
     row = {"attention": attention, "steps": steps, "validations": validations, "val_batches": val_batches,
            "val_timed": val_timed, "test_batches": test_batches, "test_timed": test_timed,
-           "threads": torch.get_num_threads()}
+           "threads": torch.get_num_threads(), "step_gflop": gflop[0], "val_pass_gflop": gflop[1],
+           "test_pass_gflop": gflop[2], "total_tflop": total_gflop / 1e3, "cpu_gflops": gflop[0] / step_cpu,
+           "gemm_gflops": args.gemm_gflops, "cores": args.cores,
+           "floor_min": total_gflop / (args.gemm_gflops * args.cores) / 60}
     for clock, (s, v, t) in (("", (step, val, test)), ("cpu_", (step_cpu, val_cpu, test_cpu))):
         total = steps * s + validations * v + t
         row.update({f"{clock}step_s": s, f"{clock}val_pass_s": v, f"{clock}test_pass_s": t,
@@ -137,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=1, help="untimed first steps (at least 1)")
     parser.add_argument("--every", type=int, default=8, help="time every N-th evaluation batch (1: all)")
     parser.add_argument("--target-min", type=float, default=60.0, help="minutes the ratio is taken to")
+    parser.add_argument("--cores", type=int, default=2, help="cores the floor assumes (default 2, the target's)")
+    parser.add_argument("--gemm-gflops", type=float, default=None,
+                        help="one core's GEMM rate for the floor (default: measured here, one thread)")
     parser.add_argument("--out", default="results/tables/bench")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. data_dir=... or task.max_steps=...")
     args = parser.parse_args(argv)
@@ -145,6 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("pytorch_lightning", "lightning_fabric", "lightning.pytorch"):
         logging.getLogger(name).setLevel(logging.WARNING)  # three Trainers per attention
     warnings.filterwarnings("ignore", message=r".*(no `val_dataloader`|isinstance\(treespec)")
+    if args.gemm_gflops is None:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        args.gemm_gflops = gemm_gflops()
+        torch.set_num_threads(threads)
+    print(f"GEMM rate (1024-square float32, one thread): {args.gemm_gflops:.1f} GFLOP/s", flush=True)
     rows = []
     try:
         for attention in args.attentions:
@@ -153,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{attention:>8}: step {r['step_s']:.3f} s (CPU {r['cpu_step_s']:.3f} s), validation "
                   f"{r['val_pass_s']:.1f} s ({r['val_timed']} of {r['val_batches']} batches timed), test "
                   f"{r['test_pass_s']:.1f} s: {r['total_min']:.1f} min (CPU time {r['cpu_total_min']:.1f} min), "
-                  f"{r['cpu_ratio_to_target']:.2f}x the {args.target_min:g}-minute target in CPU time", flush=True)
+                  f"{r['cpu_ratio_to_target']:.2f}x the {args.target_min:g}-minute target in CPU time; matmuls "
+                  f"{r['total_tflop']:.0f} TFLOP, floor {r['floor_min']:.1f} min on {args.cores} cores, a step "
+                  f"runs at {r['cpu_gflops']:.1f} GFLOP/s per core", flush=True)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -162,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(out / "run_estimate.csv", index=False)
     columns = ["attention", "step_s", "val_pass_s", "test_pass_s", "total_min", "ratio_to_target", "cpu_step_s",
-               "cpu_val_pass_s", "cpu_test_pass_s", "cpu_total_min", "cpu_ratio_to_target"]
+               "cpu_val_pass_s", "cpu_test_pass_s", "cpu_total_min", "cpu_ratio_to_target", "step_gflop",
+               "cpu_gflops", "floor_min"]
     print(frame[columns].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     print(f"wrote {out / 'run_estimate.csv'}")
     return 0

@@ -23,7 +23,7 @@ import os
 import shlex
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -60,19 +60,38 @@ class Params:
     clearance: int  # ours: Chebyshev gap (pixels) that separates snakes and links paddles of one snake
     chunk: int  # images per chunk (one random stream each)
     pool: int  # target-snake attempts run together
+    distractor_budget: int  # LRA: num_distractors = budget // distractor_length (20 at 32x32, 35 at 128)
     max_distractor_retrial: int = 4
+
+
+def at_contour_length(params: Params, contour_length: int) -> Params:
+    """``params`` for another difficulty, as snakes2_wrapper derives it: distractor_length = CL // 3 and
+    num_distractors = budget // distractor_length (the release's easy / intermediate / hard splits are
+    CL 6, 9, 14)."""
+    if contour_length < 3:
+        raise ValueError(f"--contour-length must be at least 3 (distractors are CL // 3 paddles), got {contour_length}")
+    distractor_length = contour_length // 3
+    return replace(params, contour_length=contour_length, distractor_length=distractor_length,
+                   num_distractors=params.distractor_budget // distractor_length)
+
+
+def difficulty(contour_length: int) -> str:
+    """The release's name for a contour length (its split folders), or "custom"."""
+    return {6: "easy (curv_baseline)", 9: "intermediate (curv_contour_length_9)",
+            14: f"hard ({HARD})"}.get(contour_length, f"custom (contour length {contour_length})")
 
 
 # LRA lra_benchmarks/data/pathfinder.py docstrings; the rest are snakes2_wrapper.Args defaults.
 PATHFINDER32 = Params(window=32, padding=1, margins=(1,), paddle_length=2, paddle_thickness=0.5,
                       marker_radius=1.5, contour_length=14, distractor_length=14 // 3,
                       num_distractors=20 // (14 // 3), seed_distance=7, continuity=1.0, antialias=2,
-                      snake_contrast=2.0, paddle_contrast=0.75, clearance=2, chunk=1000, pool=4096)
+                      snake_contrast=2.0, paddle_contrast=0.75, clearance=2, chunk=1000, pool=4096,
+                      distractor_budget=20)
 # the 128 docstring divides with Python 2 integer division: 14 / 3 = 4 paddles, 35 / 4 = 8 distractors
 PATHX = Params(window=128, padding=1, margins=(2, 3), paddle_length=5, paddle_thickness=1.5,
                marker_radius=3.0, contour_length=14, distractor_length=14 // 3,
                num_distractors=35 // (14 // 3), seed_distance=20, continuity=1.8, antialias=2,
-               snake_contrast=0.9, paddle_contrast=1.0, clearance=5, chunk=200, pool=512)
+               snake_contrast=0.9, paddle_contrast=1.0, clearance=5, chunk=200, pool=512, distractor_budget=35)
 TASKS = {"pathfinder": PATHFINDER32, "pathx": PATHX}
 
 
@@ -150,9 +169,10 @@ def split_bounds(count: int) -> dict[str, tuple[int, int]]:
     return {"train": (0, train), "val": (train, val), "test": (val, count)}
 
 
-def generate_command(task: str, out: Path, count: int, seed: int) -> str:
+def generate_command(task: str, out: Path, count: int, seed: int, contour_length: int = 14) -> str:
+    extra = [] if contour_length == 14 else ["--contour-length", str(contour_length)]
     return shlex.join(["python", "-m", "data_prep", task, "--out", str(out), "--count", str(count),
-                       "--seed", str(seed)])
+                       "--seed", str(seed), *extra])
 
 
 def write_task(out: Path, task: str, tokens: np.ndarray, labels: np.ndarray, source: dict, command: str) -> Path:
@@ -170,25 +190,26 @@ def write_task(out: Path, task: str, tokens: np.ndarray, labels: np.ndarray, sou
 
 
 def generate(out: Path, task: str = "pathfinder", *, count: int = 200_000, seed: int = 0,
-             workers: int | None = None, log: Callable[[str], None] = print) -> Path:
-    """Generate ``task`` (pathfinder: 32x32, pathx: 128x128) into ``out/<task>/``; returns that folder."""
+             workers: int | None = None, contour_length: int = 14, log: Callable[[str], None] = print) -> Path:
+    """Generate ``task`` (pathfinder: 32x32, pathx: 128x128) at ``contour_length`` (14: LRA's hard split)
+    into ``out/<task>/``; returns that folder."""
     if count < 10:
         raise ValueError(f"--count must be at least 10 (80/10/10 splits), got {count}")
     workers = len(os.sched_getaffinity(0)) if workers is None else workers
     if workers < 1:
         raise ValueError(f"--workers must be at least 1, got {workers}")
-    params = TASKS[task]
+    params = at_contour_length(TASKS[task], contour_length)
     started = time.perf_counter()
     tokens, labels, stats = generate_images(params, count, seed, workers, log)
     seconds = time.perf_counter() - started
     source = {
         "generator": "data_prep.pathfinder (procedure of drewlinsley/pathfinder snakes2.py, LRA parameters)",
-        "difficulty": f"hard (curv_contour_length_{params.contour_length})",
+        "difficulty": difficulty(contour_length),
         "rng": "numpy PCG64, SeedSequence([seed, window, chunk index]) per chunk",
         "seed": seed, "count": count, **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(params).items()},
         "label_balance": float(labels.mean()), **stats, "seconds": round(seconds, 1),
     }
-    task_dir = write_task(out, task, tokens, labels, source, generate_command(task, out, count, seed))
+    task_dir = write_task(out, task, tokens, labels, source, generate_command(task, out, count, seed, contour_length))
     log(f"{task}: wrote {count} images to {task_dir} in {seconds:.0f} s")
     return task_dir
 
@@ -212,6 +233,9 @@ def add_arguments(parser: argparse.ArgumentParser, task: str = "pathfinder") -> 
     parser.add_argument("--out", type=Path, required=True, metavar="DIR", help=f"writes DIR/{task}/")
     parser.add_argument("--count", type=int, metavar="N", help="images to generate, split 80/10/10 (default 200000)")
     parser.add_argument("--seed", type=int, metavar="S", help="base random seed (default 0)")
+    parser.add_argument("--contour-length", type=int, metavar="CL",
+                        help="paddles per target snake: 6, 9, 14 are the release's easy, intermediate and hard "
+                             "splits (default 14, the LRA standard)")
     parser.add_argument("--workers", type=int, metavar="W",
                         help="worker processes; the output does not depend on it (default: all CPUs)")
     parser.add_argument("--source", type=Path, metavar="PATH",
@@ -222,10 +246,12 @@ def add_arguments(parser: argparse.ArgumentParser, task: str = "pathfinder") -> 
 
 def main(args: argparse.Namespace, task: str = "pathfinder") -> int:
     """Run ``python -m data_prep pathfinder|pathx`` with parsed ``args``."""
-    options = {name: getattr(args, name) for name in ("count", "seed", "workers") if getattr(args, name) is not None}
+    names = ("count", "seed", "workers", "contour_length")
+    options = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     if args.source is not None:
         if options:
-            raise ValueError("--source imports the official files; --count, --seed and --workers do not apply")
+            raise ValueError("--source imports the official hard split; --count, --seed, --workers and "
+                             "--contour-length do not apply")
         task_dir = import_official(args.source, args.out, task)
     else:
         task_dir = generate(args.out, task, **options)

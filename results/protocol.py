@@ -24,7 +24,8 @@ TRAINER_KEYS = ("max_steps", "precision", "gradient_clip_val", "gradient_clip_al
 # where the data lives and how fast it loads or evaluates, not what it is
 ABSENT = "<absent>"
 # settings added to conf/ after runs were recorded, with the value those older runs used implicitly
-IMPLICIT = {"task.optim.schedule": "linear", "model.attention_dropout": 0.0}
+IMPLICIT = {"task.optim.schedule": "linear", "model.attention_dropout": 0.0,
+            "task.data.generate.contour_length": 14}
 SHOWN_DIFFERENCES = 6
 FROM_CONF, MOST_COMMON, UNCHECKED = "conf", "most common", "unchecked"
 

@@ -114,6 +114,41 @@ def test_cli_writes_splits_manifest_and_preview(tmp_path):
         assert grid.size[0] > 4 * 256 and grid.mode == "RGB"
 
 
+@pytest.mark.parametrize("params,contour_length,distractors", [
+    (pathfinder.PATHFINDER32, 6, (2, 10)), (pathfinder.PATHFINDER32, 9, (3, 6)),
+    (pathfinder.PATHFINDER32, 14, (4, 5)), (pathfinder.PATHX, 14, (4, 8)), (pathfinder.PATHX, 6, (2, 17))])
+def test_contour_length_sets_distractors_as_the_release_wrapper(params, contour_length, distractors):
+    easier = pathfinder.at_contour_length(params, contour_length)
+    assert (easier.distractor_length, easier.num_distractors) == distractors
+    assert easier.contour_length == contour_length and easier.window == params.window
+
+
+def test_contour_length_below_three_is_refused():
+    with pytest.raises(ValueError, match="--contour-length must be at least 3"):
+        pathfinder.at_contour_length(pathfinder.PATHFINDER32, 2)
+
+
+def test_easy_split_images_have_shorter_targets_and_correct_labels(images32):
+    easy = pathfinder.at_contour_length(SMALL32, 6)
+    tokens, labels, _ = pathfinder.generate_images(easy, 40, seed=3, workers=1, log=lambda _: None)
+    images = tokens.reshape(-1, 32, 32)
+    for i, (image, label) in enumerate(zip(images, labels, strict=True)):
+        centres = marker_centres(image, 32)
+        assert len(centres) == 2, f"image {i}: expected 2 markers, found {centres}"
+        assert reaches(image, centres[0], centres[1], 2) == bool(label), f"image {i} (label {label})"
+    lit = [(img > 0).mean() for img in (images, images32[0])]  # 2 x 6 + 10 x 2 paddles vs 2 x 14 + 5 x 4
+    assert lit[0] < lit[1], f"lit fractions {lit}: the easy split draws fewer paddles"
+
+
+def test_cli_contour_length_is_recorded_in_manifest_and_command(tmp_path):
+    assert cli(["pathfinder", "--out", str(tmp_path), "--count", "10", "--contour-length", "6",
+                "--workers", "1"]) == 0
+    manifest = load_manifest(tmp_path / "pathfinder", rebuild_cmd="x")
+    assert manifest["source"]["contour_length"] == 6 and manifest["source"]["num_distractors"] == 10
+    assert manifest["source"]["difficulty"] == "easy (curv_baseline)"
+    assert manifest["command"].endswith("--contour-length 6")
+
+
 def write_release(root, images, labels, extra_lines=()):
     """The official layout: imgs/0/sample_<n>.png and metadata/0.npy as text rows."""
     (root / "imgs" / "0").mkdir(parents=True)
@@ -181,4 +216,4 @@ def test_importer_refuses_a_decompression_bomb_by_name(tmp_path, images32, side,
 
 def test_source_with_generator_options_is_refused(tmp_path, capsys):
     assert cli(["pathfinder", "--out", str(tmp_path), "--source", str(tmp_path), "--count", "5"]) == 2
-    assert "--source imports the official files" in capsys.readouterr().err
+    assert "--source imports the official hard split" in capsys.readouterr().err

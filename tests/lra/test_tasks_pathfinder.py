@@ -51,6 +51,12 @@ def test_stale_pathfinder_data_names_both_commands(data_root):
         module.prepare_data()
 
 
+def test_pathfinder_data_of_another_contour_length_is_stale(data_root):
+    module = pathfinder_task.DataModule(config("pathfinder", data_root, 64, "task.data.generate.contour_length=6"))
+    with pytest.raises(UserError, match=r"--count 64 --seed 0`, but .*--count 64 --seed 0 --contour-length 6"):
+        module.prepare_data()
+
+
 def test_pathx_fast_dev_run_with_llops(tmp_path):
     cfg = config("pathx", tmp_path / "data", 10, "attention=llops", "trainer=debug", "trainer.fast_dev_run=1",
                  "task.batch_size=2")
