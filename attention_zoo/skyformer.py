@@ -7,7 +7,8 @@ Kernel ``k(x, y) = exp(-|x - y|^2 / 2)`` on ``x = q d^(-1/4)``, ``y = k d^(-1/4)
     Q^ = kappa(Q, S),  K^ = kappa(K, S),  W = kappa(S, S) + lambda I,  D = rowsum(W)
     out = Q^ [D^(-1/2) pinv(D^(-1/2) W D^(-1/2)) D^(-1/2) K^T] V          (pads of K^, V zeroed)
 
-``pinv`` is 6 Newton-Schulz steps (``_pinv.py``); O(n m d + m^3); not causal. Landmarks are a fresh
+``pinv`` is 6 Newton-Schulz steps (``_pinv.py``); O(n m d + m^3); not causal. The product runs in
+token chunks, recomputed in backward (``_chunked_gaussian.py``): O(n d) memory, not O(n m). Landmarks are a fresh
 sample per training call and a fixed sample (seeded by ``seed``) in evaluation.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ._chunked_gaussian import chunked_gaussian_nystrom
 from ._pinv import check_pinv_init, newton_schulz_pinv
 from .kernel import float32_region
 from .nystrom import masked_values
@@ -61,10 +63,11 @@ def gather_rows(x: Tensor, indices: Tensor) -> Tensor:
     return x.gather(-2, indices[:, None, :, None].expand(x.shape[0], x.shape[1], -1, x.shape[-1]))
 
 
-def skyformer_factors(q: Tensor, k: Tensor, key_padding_mask: Tensor | None, indices: Tensor, *,
-                      regularization: float = 0.1, pinv_iterations: int = 6,
-                      pinv_init: str = "original") -> tuple[Tensor, Tensor]:
-    """``Q^`` and ``K^ D^(-1/2) P D^(-1/2)`` ``(B, H, N, m)``, float32; indices[:, :m // 2] pick Q rows."""
+def skyformer_parts(q: Tensor, k: Tensor, key_padding_mask: Tensor | None, indices: Tensor, *,
+                    regularization: float = 0.1, pinv_iterations: int = 6,
+                    pinv_init: str = "original") -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Scaled (pads zeroed) ``q``, ``k`` ``(B, H, N, d)``, landmarks ``S`` ``(B, H, m, d)`` and the middle
+    matrix ``M = D^(-1/2) P D^(-1/2)`` ``(B, H, m, m)``, float32; indices[:, :m // 2] pick Q rows."""
     scale = q.shape[-1] ** -0.25
     q, k = q.float() * scale, k.float() * scale
     if key_padding_mask is not None:
@@ -72,16 +75,22 @@ def skyformer_factors(q: Tensor, k: Tensor, key_padding_mask: Tensor | None, ind
         q, k = q.masked_fill(~real, 0.0), k.masked_fill(~real, 0.0)  # pads may hold anything
     half = indices.shape[-1] // 2
     landmarks = torch.cat([gather_rows(q, indices[:, :half]), gather_rows(k, indices[:, half:])], dim=-2)
-    q_hat, k_hat = gaussian_kernel(q, landmarks), gaussian_kernel(k, landmarks)
     eye = torch.eye(landmarks.shape[-2], device=q.device)
     w = gaussian_kernel(landmarks, landmarks) + regularization * eye  # (B, H, m, m)
     d_inv_sqrt = w.sum(-1).rsqrt()  # (B, H, m)
     w_normalised = d_inv_sqrt[..., :, None] * w * d_inv_sqrt[..., None, :]
     p = newton_schulz_pinv(w_normalised, pinv_iterations, pinv_init)
-    right = ((k_hat * d_inv_sqrt[..., None, :]) @ p) * d_inv_sqrt[..., None, :]
+    return q, k, landmarks, d_inv_sqrt[..., :, None] * p * d_inv_sqrt[..., None, :]
+
+
+def skyformer_factors(q: Tensor, k: Tensor, key_padding_mask: Tensor | None, indices: Tensor,
+                      **options) -> tuple[Tensor, Tensor]:
+    """``Q^`` and ``K^ M`` ``(B, H, N, m)`` (pads' rows zero), float32: the oracle's factors."""
+    q, k, landmarks, middle = skyformer_parts(q, k, key_padding_mask, indices, **options)
+    right = gaussian_kernel(k, landmarks) @ middle
     if key_padding_mask is not None:
         right = right.masked_fill(~key_padding_mask[:, None, :, None], 0.0)
-    return q_hat, right
+    return gaussian_kernel(q, landmarks), right
 
 
 def naive_skyformer(q: Tensor, k: Tensor, v: Tensor, indices: Tensor, key_padding_mask: Tensor | None = None,
@@ -131,8 +140,8 @@ class SkyformerAttention(nn.Module):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         indices = self.landmarks_for(q, key_padding_mask)
         with float32_region(v):
-            q_hat, right = skyformer_factors(q, k, key_padding_mask, indices, **self.options())
-            out = q_hat @ (right.transpose(-1, -2) @ masked_values(v, key_padding_mask))  # (B, H, N, D)
+            q, k, landmarks, middle = skyformer_parts(q, k, key_padding_mask, indices, **self.options())
+            out = chunked_gaussian_nystrom(q, k, masked_values(v, key_padding_mask), landmarks, middle)
         return out.to(v.dtype)
 
     def naive(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
