@@ -11,6 +11,9 @@
    (``_kernel_maps``), and the truncated SVD of the held-out kernel matrix ``K = (Q K^T)^p`` (every held-out
    query against every held-out key, so the matrix is far larger than m).
 4. ``RMAE = sum |K_hat - K| / sum |K|`` and ``||K_hat - K||_F / ||K||_F`` on the held-out matrix, summed over heads.
+
+It prints the expected time first (a probe of the fits on random vectors, the AR model's from ``_runs``), then
+one line per cell; finished cells are kept (``_cells``), so a rerun after an interruption measures only the rest.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from lra.record import write_json_atomic
 from lra.tasks import ar
 
 from . import _kernel_maps as maps
-from ._runs import run_folder, train_or_reuse
+from ._cells import CellCache, print_plan
+from ._runs import expected_minutes, run_folder, train_or_reuse
 from .plotting import pyplot, save
 from .record import ANALYSIS_ROOT, REPO, tabulate, write_analysis_record
 
@@ -155,9 +159,14 @@ def evaluate_cell(q: tuple[Tensor, Tensor], k: tuple[Tensor, Tensor], p: int, m:
     return cells
 
 
+def cell_key(p: int, layer: int) -> str:
+    return f"p{p}-layer{layer}"
+
+
 def measure(captured: list[tuple[Tensor, Tensor]], layers: list[int], seq_len: int, m: int, fit: FitSettings,
-            seed: int) -> dict[tuple[int, int], dict[str, dict[str, float]]]:
-    """Every (p, layer) cell, on one thread: the fits are many tiny steps, a second thread only adds sync cost."""
+            seed: int, cache: CellCache) -> dict[tuple[int, int], dict[str, dict[str, float]]]:
+    """Every (p, layer) cell, on one thread: the fits are many tiny steps, a second thread only adds sync cost.
+    Cells in ``cache`` (an interrupted earlier call with the same settings) are reused, new ones stored."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -165,10 +174,39 @@ def measure(captured: list[tuple[Tensor, Tensor]], layers: list[int], seq_len: i
         for layer in layers:
             q, k = (split_vectors(x, fit.fit_sequences, seq_len) for x in captured[layer])
             for p in fit.degrees:
-                cells[(p, layer)] = evaluate_cell(q, k, p, m, fit, seed=seed + 100 * layer + p)
+                key = cell_key(p, layer)
+                started = time.perf_counter()
+                reused = key in cache
+                if not reused:
+                    cache.put(key, evaluate_cell(q, k, p, m, fit, seed=seed + 100 * layer + p))
+                cells[(p, layer)] = cache.get(key)
                 errors = ", ".join(f"{name} {c['rmae']:.3f}" for name, c in cells[(p, layer)].items())
-                print(f"layer {layer} p={p}: {errors}", file=sys.stderr)
+                took = "reused" if reused else f"{time.perf_counter() - started:.0f} s"
+                print(f"layer {layer} p={p} ({took}): RMAE {errors}", file=sys.stderr, flush=True)
         return cells
+    finally:
+        torch.set_num_threads(threads)
+
+
+def probe_cell_seconds(heads: int, d: int, m: int, fit: FitSettings, seq_len: int) -> float:
+    """Seconds of one cell on one thread, from a few fit steps and one ALS sweep on random vectors of the
+    cell's shapes (the highest degree: the slowest)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        q, k = (torch.randn(heads, fit.fit_sequences * seq_len, d, generator=gen) / d**0.5 for _ in range(2))
+        p, probe_steps, seconds = max(fit.degrees), 5, 0.0
+        for fmap in (maps.MLPMap(heads, d, m, m, gen), maps.LLoPSMap(heads, p, d, m, gen)):
+            maps.fit_map(fmap, q, k, p, steps=1, batch=fit.batch, lr=1e-3, generator=gen)  # first-call costs
+            started = time.perf_counter()
+            maps.fit_map(fmap, q, k, p, steps=probe_steps, batch=fit.batch, lr=1e-3, generator=gen)
+            seconds += (time.perf_counter() - started) / probe_steps * fit.steps
+        if fit.als_sweeps:
+            started = time.perf_counter()
+            maps.als_refine(maps.LLoPSMap(heads, p, d, m, gen), q, k, p, sweeps=1)
+            seconds += (time.perf_counter() - started) * fit.als_sweeps
+        return seconds
     finally:
         torch.set_num_threads(threads)
 
@@ -282,11 +320,21 @@ def main(argv: list[str] | None = None) -> int:
     fit = replace(fit, steps=args.fit_steps) if args.fit_steps else fit
     cfg = model_config(args.depth, args.quick)
     out = Path(args.out_root) / NAME
-    record = train_or_reuse(cfg, run_folder(out, "model", cfg))
-    seq_len = int(cfg["task"]["seq_len"])
-    captured = capture_qk(load_model(cfg, record), capture_tokens(cfg, fit.fit_sequences + fit.heldout_sequences))
+    model_dir = run_folder(out, "model", cfg)
     layers = [0, args.depth // 2, args.depth - 1]
-    cells = measure(captured, layers, seq_len, args.features, fit, args.seed)
+    seq_len = int(cfg["task"]["seq_len"])
+    cache = CellCache(out, {"features": args.features, "seed": args.seed, "layers": layers, "fit": asdict(fit),
+                            "model": model_dir.name})
+    keys = [cell_key(p, layer) for layer in layers for p in fit.degrees]
+    todo = [key for key in keys if key not in cache]
+    model_minutes, untrained = expected_minutes({"model": (cfg, model_dir)}, 1)
+    heads = int(cfg["model"]["heads"])
+    cell_seconds = probe_cell_seconds(heads, int(cfg["model"]["dim"]) // heads, args.features, fit, seq_len) if todo else 0
+    print_plan(NAME, len(todo), len(keys) - len(todo), model_minutes + len(todo) * cell_seconds / 60,
+               f"~{cell_seconds / 60:.1f} min a cell" + (f", the AR model ~{model_minutes:.0f} min" if untrained else ""))
+    record = train_or_reuse(cfg, model_dir)
+    captured = capture_qk(load_model(cfg, record), capture_tokens(cfg, fit.fit_sequences + fit.heldout_sequences))
+    cells = measure(captured, layers, seq_len, args.features, fit, args.seed, cache)
     rows = table_rows(cells, layers, args.features, fit.degrees)
     shapes = {"fit": fit.fit_sequences * seq_len, "heldout": fit.heldout_sequences * seq_len}
     config = {"features": args.features, "depth": args.depth, "quick": args.quick, "seed": args.seed,
@@ -298,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json_atomic(path.parent / "cells.json", [{"p": p, "layer": layer, "method": method, **values}
                                                    for (p, layer), cell in cells.items()
                                                    for method, values in cell.items()])
+    cache.clear()
     written = tabulate(NAME, path, args.tables)
     written.append(plot(rows, layers, Path(args.tables) / f"{NAME}.png"))
     print(Path(written[1]).read_text(encoding="utf-8"))

@@ -135,3 +135,41 @@ def test_quick_command_writes_record_table_and_png_and_reuses_the_model(tmp_path
     assert "svd_rank_m" in (tables / "kernel_approx.md").read_text(encoding="utf-8")
     assert kernel_approx.main(argv) == 0
     assert json.loads(model_record.read_text(encoding="utf-8"))["finished_at"] == first["finished_at"]
+
+
+def test_interrupted_analysis_resumes_without_remeasuring_finished_cells(tmp_path, monkeypatch, capsys):
+    out, tables = tmp_path / "out", tmp_path / "tables"
+    argv = ["--quick", "--depth", "3", "--features", "8", "--out-root", str(out), "--tables", str(tables)]
+    measured, real = [], kernel_approx.evaluate_cell
+
+    def failing_third(q, k, p, *args, **kwargs):
+        if len(measured) == 2:
+            raise RuntimeError("killed")
+        measured.append(p)
+        return real(q, k, p, *args, **kwargs)
+
+    monkeypatch.setattr(kernel_approx, "evaluate_cell", failing_third)
+    try:
+        kernel_approx.main(argv)
+    except RuntimeError:
+        pass
+    partial = out / "kernel_approx" / "cells.partial.json"
+    assert len(json.loads(partial.read_text(encoding="utf-8"))["cells"]) == 2
+    err = capsys.readouterr().err
+    assert "kernel_approx: 6 cells to measure; expected ~" in err
+    assert err.index("expected ~") < err.index("layer 0 p=2")
+
+    measured.clear()
+    monkeypatch.setattr(kernel_approx, "evaluate_cell", lambda q, k, p, *a, **kw: measured.append(p) or real(q, k, p, *a, **kw))
+    assert kernel_approx.main(argv) == 0
+    assert len(measured) == 4 and not partial.exists()
+    err = capsys.readouterr().err
+    assert "4 cells to measure, 2 finished earlier and reused" in err and err.count("(reused)") == 2
+
+
+def test_cell_cache_ignores_cells_of_other_settings(tmp_path):
+    from analyses._cells import CellCache
+
+    CellCache(tmp_path, {"features": 64}).put("p2-layer0", {"llops": {"rmae": 0.1}})
+    assert "p2-layer0" in CellCache(tmp_path, {"features": 64})
+    assert "p2-layer0" not in CellCache(tmp_path, {"features": 256})
