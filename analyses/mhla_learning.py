@@ -12,18 +12,23 @@ MSE is normalised by the mean squared training target; held-out MSE on fresh seq
 between function coefficients. Fits: Algorithm 1 (minimum-norm, float64 and float32), Algorithm 1 from a random
 start ``W_0`` (the exact least-squares solution nearest ``W_0``: another zero-error fit), ``W`` trained by AdamW,
 and AdamW-trained MHLA with 1/2/4/8 heads on all-Gaussian (full rank) and all-orthogonal (rank deficient) data.
+
+It prints an expected time first (one epoch probed per setting), then a line per (setting, seed); finished
+cells are kept (``_cells``), so a rerun after an interruption trains only the rest.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 
+from analyses._cells import CellCache, print_plan
 from analyses._mhla_data import (
     DTYPE,
     coefficient_distance,
@@ -145,6 +150,33 @@ def _mse_of_coefficients(w: torch.Tensor, seq: Summary, y: torch.Tensor, power: 
     return normalised_mse(model, seq, y, power)
 
 
+def epoch_seconds(dim: int, heads: int, count: int, length: int, batch: int) -> float:
+    """Seconds of one AdamW epoch of a one-layer ``heads``-head MHLA on ``count`` random sequences."""
+    gen = generator(9, count, dim, heads)
+    z = gaussian_sequences(count, dim, length, gen)
+    y = torch.randn(count, dim, generator=gen, dtype=z.dtype)
+    student, seq = MHLAStack(dim, heads, 1, gen), Summary.of(z)
+    train_adamw(student, seq[:batch], y[:batch], epochs=1, batch=batch, lr=1e-3, generator=gen)  # first-call costs
+    started = time.perf_counter()
+    train_adamw(student, seq, y, epochs=1, batch=batch, lr=1e-3, generator=gen)
+    return time.perf_counter() - started
+
+
+def expected_minutes(cfg: Config, teacher_todo: list[tuple], memory_todo: list[tuple]) -> float:
+    """Minutes of the cells to do, every student timed as the widest one (one epoch probed per setting)."""
+    seconds = 0.0
+    students = len(cfg.heads) + len(cfg.deep_layers)
+    for count, dim in {(count, dim) for count, dim, _ in teacher_todo}:
+        epoch = epoch_seconds(dim, max(cfg.heads), count, cfg.length, cfg.batch)
+        seconds += epoch * cfg.epochs * students * sum(1 for c, d, _ in teacher_todo if (c, d) == (count, dim))
+    if memory_todo:
+        epoch = epoch_seconds(2 * cfg.memory_dim, max(cfg.memory_heads), cfg.memory_samples, 2, cfg.memory_batch)
+        for fraction, _ in memory_todo:
+            students = 1 + (len(cfg.memory_heads) if fraction in (0.0, 1.0) else 0)
+            seconds += epoch * cfg.memory_epochs * students
+    return seconds / 60
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(prog="python -m analyses.mhla_learning", description=__doc__.splitlines()[0])
@@ -171,16 +203,37 @@ def main(argv: list[str] | None = None) -> int:
     cfg = QUICK if args.quick else Config()
     cfg = replace(cfg, seeds=args.seeds) if args.seeds else cfg
     written = []
+    cache = CellCache(Path(args.out_root) / "mhla_learning", asdict(cfg))
+    teacher_jobs = [(n, d, seed) for n, d in cfg.settings for seed in range(cfg.seeds)]
+    memory_jobs = [(fraction, seed) for fraction in cfg.fractions for seed in range(cfg.seeds)]
+    teacher_todo = [job for job in teacher_jobs if f"teacher {job}" not in cache]
+    memory_todo = [job for job in memory_jobs if f"memory {job}" not in cache]
+    todo, total = len(teacher_todo) + len(memory_todo), len(teacher_jobs) + len(memory_jobs)
+    print_plan("mhla_learning", todo, total - todo, expected_minutes(cfg, teacher_todo, memory_todo),
+               "every student timed as the widest one")
+
+    def cached(key: str, measure) -> list[dict]:
+        started_cell = time.perf_counter()
+        reused = key in cache
+        if not reused:
+            cache.put(key, measure())
+        took = "reused" if reused else f"{time.perf_counter() - started_cell:.0f} s"
+        print(f"mhla_learning: {key} ({took})", file=sys.stderr, flush=True)
+        return cache.get(key)
+
     started = time.time()
-    cells = [c for n, d in cfg.settings for seed in range(cfg.seeds) for c in teacher_cells(cfg, n, d, seed)]
+    cells = [c for n, d, seed in teacher_jobs
+             for c in cached(f"teacher {(n, d, seed)}", lambda n=n, d=d, seed=seed: teacher_cells(cfg, n, d, seed))]
     rows = summarize(cells, ["setting", "model", "heads", "layers"], ["train_mse", "heldout_mse"], cfg.curve_epochs)
     written += write(TEACHER, rows, cells, ["setting", "model"], cfg, started, teacher_notes(rows, cfg), args,
                      plot_teacher)
     started = time.time()
-    cells = [c for fraction in cfg.fractions for seed in range(cfg.seeds) for c in memory_cells(cfg, fraction, seed)]
+    cells = [c for fraction, seed in memory_jobs
+             for c in cached(f"memory {(fraction, seed)}", lambda f=fraction, s=seed: memory_cells(cfg, f, s))]
     rows = summarize(cells, ["orthogonal", "model", "heads"], ["lambda_min", "distance", "train_mse"], ())
     written += write(MEMORY, rows, cells, ["orthogonal", "model"], cfg, started, memory_notes(rows, cfg), args,
                      plot_memory)
+    cache.clear()
     for path in written:
         if path.suffix == ".md":
             print(path.read_text(encoding="utf-8"))

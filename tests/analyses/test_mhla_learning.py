@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from analyses import mhla_learning
@@ -133,3 +134,30 @@ def test_quick_command_writes_records_tables_and_pngs(tmp_path):
     convex = next(r for r in teacher["rows"] if r["model"] == "Alg. 1 (convex)")
     assert convex["train_mse"] < 1e-20 and convex["heldout_mse"] < 1e-20
     assert {r["model"] for r in teacher["rows"]} >= {"MHLA H=1", "MHLA H=4", "MHLA H=1 x 2 layers"}
+
+
+def test_interrupted_command_resumes_without_retraining_finished_cells(tmp_path, monkeypatch, capsys):
+    out, tables = tmp_path / "out", tmp_path / "tables"
+    argv = ["--quick", "--out-root", str(out), "--tables", str(tables)]
+    real, calls = mhla_learning.memory_cells, []
+
+    def fail_at_the_second(cfg, fraction, seed):
+        if calls:
+            raise RuntimeError("killed")
+        calls.append(fraction)
+        return real(cfg, fraction, seed)
+
+    monkeypatch.setattr(mhla_learning, "memory_cells", fail_at_the_second)
+    with pytest.raises(RuntimeError):
+        mhla_learning.main(argv)
+    err = capsys.readouterr().err
+    assert "mhla_learning: 4 cells to measure; expected ~" in err  # 1 teacher setting + 3 fractions, 1 seed
+    partial = json.loads((out / "mhla_learning" / "cells.partial.json").read_text(encoding="utf-8"))
+    assert len(partial["cells"]) == 2  # the teacher cell and the first memory cell
+
+    calls.clear()
+    monkeypatch.setattr(mhla_learning, "memory_cells", lambda cfg, f, s: calls.append(f) or real(cfg, f, s))
+    monkeypatch.setattr(mhla_learning, "teacher_cells", lambda *a: pytest.fail("the teacher cell was finished"))
+    assert mhla_learning.main(argv) == 0
+    assert calls == [0.9, 1.0] and not (out / "mhla_learning" / "cells.partial.json").exists()
+    assert "2 cells to measure, 2 finished earlier and reused" in capsys.readouterr().err
