@@ -49,8 +49,16 @@ def run_estimate_table(frame: pd.DataFrame) -> str:
     rows = [[r.attention, _num(r.cpu_step_s, 2), _num(r.cpu_val_pass_s), _num(r.cpu_test_pass_s),
              _num(r.cpu_train_min), _num(r.cpu_validation_min), _num(r.cpu_total_min, 0),
              f"{r.cpu_ratio_to_target:.1f}x"] for r in frame.itertuples()]
-    return markdown_table(["attention", "step (s)", "validation pass (s)", "test pass (s)", "training (min)",
-                           "validations (min)", "total (min)", "total / 60 min"], rows)
+    table = markdown_table(["attention", "step (s)", "validation pass (s)", "test pass (s)", "training (min)",
+                            "validations (min)", "total (min)", "total / 60 min"], rows)
+    if "floor_min" not in frame:  # CSVs written before the floor columns
+        return table
+    floor = [[r.attention, _num(r.step_gflop), _num(r.val_pass_gflop, 0), _num(r.total_tflop, 0), _num(r.cpu_gflops),
+              _num(r.floor_min)] for r in frame.itertuples()]
+    gemm = frame.gemm_gflops.iloc[0]
+    return table + "\n\n" + f"Matmul floor at {gemm:g} GFLOP/s per core on {frame.cores.iloc[0]} cores:\n\n" + markdown_table(
+        ["attention", "GFLOP a step", "GFLOP a validation pass", "run (TFLOP)", "a step achieves (GFLOP/s per core)",
+         "floor (min)"], floor)
 
 
 def port_table(frame: pd.DataFrame) -> str:

@@ -35,3 +35,18 @@ def test_committed_tables_file_is_rendered_from_the_committed_csvs():
     committed = bench_tables.BENCH_DIR / "tables.md"
     assert committed.read_text() == bench_tables.render(bench_tables.BENCH_DIR), \
         "results/tables/bench/tables.md is stale: run python -m results.bench_tables"
+
+
+@pytest.mark.parametrize("with_floor", [True, False])
+def test_run_estimate_section_shows_the_floor_when_the_csv_has_it(tmp_path, with_floor):
+    row = {"attention": "llops", "cpu_step_s": 2.0, "cpu_val_pass_s": 20.0, "cpu_test_pass_s": 20.0,
+           "cpu_train_min": 166.7, "cpu_validation_min": 33.3, "cpu_total_min": 200.3, "cpu_ratio_to_target": 3.3}
+    if with_floor:
+        row.update(step_gflop=50.0, val_pass_gflop=500.0, total_tflop=300.0, cpu_gflops=25.0, gemm_gflops=80.0,
+                   cores=2, floor_min=31.25)
+    pd.DataFrame([row]).to_csv(tmp_path / "run_estimate.csv", index=False)
+    assert bench_tables.main(["--bench", str(tmp_path)]) == 0
+    text = (tmp_path / "tables.md").read_text()
+    assert "| llops     |     2.00 |" in text
+    assert ("Matmul floor at 80 GFLOP/s per core on 2 cores" in text) == with_floor
+    assert ("|        31.2 |" in text or "|        31.3 |" in text) == with_floor
