@@ -54,7 +54,7 @@ def _project(proj: Tensor, x: Tensor) -> Tensor:
     """
     b, h, n, d = x.shape
     flat = x.permute(1, 2, 0, 3).reshape(h, n, b * d)  # (H, N, B D)
-    return (proj @ flat).view(h, -1, b, d).permute(2, 0, 1, 3)
+    return (proj @ flat).view(h, -1, b, d).permute(2, 0, 1, 3).contiguous()  # read by every block of rows
 
 
 class _ProjectedAttention(torch.autograd.Function):
