@@ -329,9 +329,10 @@ def main(argv: list[str] | None = None) -> int:
     todo = [key for key in keys if key not in cache]
     model_minutes, untrained = expected_minutes({"model": (cfg, model_dir)}, 1)
     heads = int(cfg["model"]["heads"])
-    cell_seconds = probe_cell_seconds(heads, int(cfg["model"]["dim"]) // heads, args.features, fit, seq_len) if todo else 0
-    print_plan(NAME, len(todo), len(keys) - len(todo), model_minutes + len(todo) * cell_seconds / 60,
-               f"~{cell_seconds / 60:.1f} min a cell" + (f", the AR model ~{model_minutes:.0f} min" if untrained else ""))
+    head_dim = int(cfg["model"]["dim"]) // heads
+    cell_seconds = probe_cell_seconds(heads, head_dim, args.features, fit, seq_len) if todo else 0.0
+    detail = f"~{cell_seconds / 60:.1f} min a cell" + (f", the AR model ~{model_minutes:.0f} min" if untrained else "")
+    print_plan(NAME, len(todo), len(keys) - len(todo), model_minutes + len(todo) * cell_seconds / 60, detail)
     record = train_or_reuse(cfg, model_dir)
     captured = capture_qk(load_model(cfg, record), capture_tokens(cfg, fit.fit_sequences + fit.heldout_sequences))
     cells = measure(captured, layers, seq_len, args.features, fit, args.seed, cache)

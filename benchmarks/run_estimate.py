@@ -147,7 +147,8 @@ def estimate(attention: str, args) -> dict:
     steps, every = int(cfg["task"]["max_steps"]), int(cfg["task"]["eval_every"])
     validations = steps // every
     gflop = (step_gflop(datamodule, model, args.warmup + args.steps),
-             pass_gflop(cfg, datamodule, model, "val", args.every), pass_gflop(cfg, datamodule, model, "test", args.every))
+             pass_gflop(cfg, datamodule, model, "val", args.every),
+             pass_gflop(cfg, datamodule, model, "test", args.every))
     total_gflop = steps * gflop[0] + validations * gflop[1] + gflop[2]
     row = {"attention": attention, "steps": steps, "validations": validations, "val_batches": val_batches,
            "val_timed": val_timed, "test_batches": test_batches, "test_timed": test_timed,

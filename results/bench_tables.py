@@ -56,9 +56,10 @@ def run_estimate_table(frame: pd.DataFrame) -> str:
     floor = [[r.attention, _num(r.step_gflop), _num(r.val_pass_gflop, 0), _num(r.total_tflop, 0), _num(r.cpu_gflops),
               _num(r.floor_min)] for r in frame.itertuples()]
     gemm = frame.gemm_gflops.iloc[0]
-    return table + "\n\n" + f"Matmul floor at {gemm:g} GFLOP/s per core on {frame.cores.iloc[0]} cores:\n\n" + markdown_table(
+    title = f"Matmul floor at {gemm:g} GFLOP/s per core on {frame.cores.iloc[0]} cores:"
+    return "\n\n".join([table, title, markdown_table(
         ["attention", "GFLOP a step", "GFLOP a validation pass", "run (TFLOP)", "a step achieves (GFLOP/s per core)",
-         "floor (min)"], floor)
+         "floor (min)"], floor)])
 
 
 def port_table(frame: pd.DataFrame) -> str:

@@ -16,8 +16,8 @@ log = logging.getLogger(__name__)
 
 
 class DataModule(GeneratedDataModule):
-    """Generated Pathfinder images (``task.data.generate``: count, seed, contour_length, workers); every sequence has all
-    W*W real tokens, so masks come from lengths (a black pixel is token 0, not padding)."""
+    """Generated Pathfinder images (``task.data.generate``: count, seed, contour_length, workers); every
+    sequence has all W*W real tokens, so masks come from lengths (a black pixel is token 0, not padding)."""
 
     generator_task = "pathfinder"
 

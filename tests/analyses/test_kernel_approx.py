@@ -160,7 +160,8 @@ def test_interrupted_analysis_resumes_without_remeasuring_finished_cells(tmp_pat
     assert err.index("expected ~") < err.index("layer 0 p=2")
 
     measured.clear()
-    monkeypatch.setattr(kernel_approx, "evaluate_cell", lambda q, k, p, *a, **kw: measured.append(p) or real(q, k, p, *a, **kw))
+    monkeypatch.setattr(kernel_approx, "evaluate_cell",
+                        lambda q, k, p, *a, **kw: measured.append(p) or real(q, k, p, *a, **kw))
     assert kernel_approx.main(argv) == 0
     assert len(measured) == 4 and not partial.exists()
     err = capsys.readouterr().err

@@ -14,7 +14,8 @@ def inputs(n: int = 29, m: int = 6, dtype=torch.float64, seed: int = 0) -> list[
     g = torch.Generator().manual_seed(seed)
     shapes = [(2, 2, n, 4), (2, 2, n, 4), (2, 2, n, 3), (2, 2, m, 4), (2, 2, m, m)]
     scales = [0.7, 0.7, 1.0, 0.7, 1.0]
-    return [(torch.randn(s, generator=g, dtype=dtype) * c).requires_grad_() for s, c in zip(shapes, scales, strict=True)]
+    return [(torch.randn(s, generator=g, dtype=dtype) * c).requires_grad_()
+            for s, c in zip(shapes, scales, strict=True)]
 
 
 @pytest.mark.parametrize("tokens_per_chunk", [1, 4, 29])
