@@ -174,3 +174,15 @@ def test_cell_cache_ignores_cells_of_other_settings(tmp_path):
     CellCache(tmp_path, {"features": 64}).put("p2-layer0", {"llops": {"rmae": 0.1}})
     assert "p2-layer0" in CellCache(tmp_path, {"features": 64})
     assert "p2-layer0" not in CellCache(tmp_path, {"features": 256})
+
+
+def test_als_starts_prints_each_start_against_the_bound(tmp_path, capsys):
+    from analyses import als_starts
+
+    argv = ["--quick", "--depth", "3", "--features", "8", "--starts", "2", "--sweeps", "3", "--out-root", str(tmp_path)]
+    assert als_starts.main(argv) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("layer ", "start "))]
+    assert lines[0].startswith("layer 0 p=2 m=8: held-out SVD bound")  # (training the model prints its summary)
+    assert [line.split(":")[0] for line in lines[1:]] == ["start 0", "start 1"]
+    ratios = [float(line.split("= ")[1].split("x")[0]) for line in lines[1:]]
+    assert all(ratio >= 1.0 for ratio in ratios)  # the SVD is the Frobenius optimum: no map beats it
