@@ -23,7 +23,7 @@ import torch
 from analyses._mhla_data import gaussian_sequences, random_mhla
 from analyses._mhla_report import summarize
 from analyses._mhla_training import MHLAStack, Summary, train_adamw
-from analyses.mhla_learning import Config, generator
+from analyses.mhla_learning import Config, epoch_seconds, generator
 from analyses.record import ANALYSIS_ROOT, tabulate, write_analysis_record
 
 NAME = "mhla_sweep"
@@ -95,7 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         sweep = Sweep(**{**sweep.__dict__, "seeds": args.seeds})
     started = time.time()
     runs = len(sweep.lrs) * len(sweep.scales) * len(sweep.heads) * sweep.seeds
-    print(f"mhla_sweep: {runs} trainings of {sweep.epochs} epochs", file=sys.stderr, flush=True)
+    per_setting = sum(epoch_seconds(sweep.dim, h, sweep.count, sweep.length, sweep.batch) for h in sweep.heads)
+    minutes = per_setting * sweep.epochs * runs / len(sweep.heads) / 60
+    print(f"mhla_sweep: {runs} trainings of {sweep.epochs} epochs; expected ~{minutes:.0f} min on one idle core "
+          "(one epoch probed per head count)", file=sys.stderr, flush=True)
     cells = [cell for seed in range(sweep.seeds) for cell in cells_for(sweep, seed)]
     rows = summarize(cells, ["lr", "init_scale", "heads"], ["train_mse"], ())
     table, papers = orders(rows, sweep)

@@ -15,8 +15,10 @@ def test_orders_rank_the_heads_and_name_the_settings_with_h_d2_lowest():
     assert papers == ["lr 0.03, init x1 (H=4 at 1e-16)"]
 
 
-def test_quick_command_writes_the_table(tmp_path):
+def test_quick_command_writes_the_table(tmp_path, capsys):
     assert mhla_sweep.main(["--quick", "--out-root", str(tmp_path), "--tables", str(tmp_path / "t")]) == 0
+    err = capsys.readouterr().err
+    assert "expected ~" in err and err.index("expected ~") < err.index("train MSE")  # the estimate comes first
     text = (tmp_path / "t" / "mhla_sweep.md").read_text()
     header = next(line for line in text.splitlines() if line.startswith("| lr"))
     assert header.split("|")[-2].strip() == "order" and "H=4" in text and "The paper's order" in text
