@@ -191,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="mechanisms also timed with our attention under torch.utils.checkpoint")
     parser.add_argument("--default-allocator", action="store_true", help="leave glibc's allocator as it is")
     parser.add_argument("--out", default="results/tables/bench")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the other mechanisms' rows of an existing port_step.csv (re-measure some only)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for our models, e.g. model.dropout=0.1")
     args = parser.parse_args(argv)
     if args.length & (args.length - 1):
@@ -211,7 +213,13 @@ def main(argv: list[str] | None = None) -> int:
     frame = pd.DataFrame(rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out / "port_step.csv", index=False)
+    written = frame
+    if args.merge and (out / "port_step.csv").exists():
+        kept = pd.read_csv(out / "port_step.csv")
+        written = pd.concat([kept[~kept.mechanism.isin(args.attentions)], frame], ignore_index=True)
+        order = {name: i for i, name in enumerate(MECHANISMS)}
+        written = written.sort_values("mechanism", key=lambda c: c.map(order), kind="stable")
+    written.to_csv(out / "port_step.csv", index=False)
     shown = frame.drop(columns=["our_options", "batch", "length", "steps", "threads"])
     print(shown.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     print(f"wrote {out / 'port_step.csv'}")

@@ -101,3 +101,17 @@ def test_port_step_writes_one_row_per_variant_of_ours(stand_in_port, tmp_path, c
 def test_port_step_wants_a_power_of_two_length(stand_in_port):
     with pytest.raises(SystemExit):
         port_step.main(["--port-src", str(stand_in_port), "--length", "100"])
+
+
+def test_merge_replaces_only_the_remeasured_mechanisms(stand_in_port, tmp_path):
+    common = ["--port-src", str(stand_in_port), "--batch", "2", "--length", "16", "--steps", "1", "--warmup", "0",
+              "--out", str(tmp_path), "--checkpoint-ours"]
+    assert port_step.main([*common, "--attentions", "softmax", "nystrom"]) == 0
+    before = pd.read_csv(tmp_path / "port_step.csv", keep_default_na=False)
+    assert port_step.main([*common, "--attentions", "softmax", "--merge"]) == 0
+    after = pd.read_csv(tmp_path / "port_step.csv", keep_default_na=False)
+    assert list(after.mechanism) == ["softmax", "nystrom", "nystrom"]  # the mechanisms' order, nystrom's rows kept
+    pd.testing.assert_frame_equal(after[after.mechanism == "nystrom"].reset_index(drop=True),
+                                  before[before.mechanism == "nystrom"].reset_index(drop=True))
+    assert port_step.main([*common, "--attentions", "softmax"]) == 0  # without --merge: only what was measured
+    assert list(pd.read_csv(tmp_path / "port_step.csv").mechanism) == ["softmax"]
