@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,7 @@ def settings_digest(settings: dict[str, Any]) -> str:
 
 
 class CellCache:
-    """``get(key)`` / ``put(key, value)`` of finished cells measured with ``settings``."""
+    """Finished cells measured with ``settings``: ``measured(key, measure)`` reuses or measures and stores one."""
 
     def __init__(self, folder: str | Path, settings: dict[str, Any]):
         self.path = Path(folder) / FILE
@@ -38,8 +40,14 @@ class CellCache:
     def __contains__(self, key: str) -> bool:
         return key in self.cells
 
-    def get(self, key: str) -> Any:
-        return self.cells[key]
+    def measured(self, key: str, measure: Callable[[], Any]) -> tuple[Any, str]:
+        """The cell ``key``, measured by ``measure()`` and stored unless finished earlier; with "reused" or its
+        seconds, for the progress line."""
+        if key in self.cells:
+            return self.cells[key], "reused"
+        started = time.perf_counter()
+        self.put(key, measure())
+        return self.cells[key], f"{time.perf_counter() - started:.0f} s"
 
     def put(self, key: str, value: Any) -> None:
         self.cells[key] = value

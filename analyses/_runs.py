@@ -87,11 +87,9 @@ def expected_minutes(jobs: dict[str, tuple[dict[str, Any], Path]], workers: int)
     Each distinct model (its config without the seed) is probed once on one thread (``probe_step_seconds``);
     validation and test add their forward passes (a third of a training step per batch).
     """
-    import torch
+    from lra.threads import torch_threads
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         probed: dict[str, float] = {}
         total, todo = 0.0, 0
         for cfg, run_dir in jobs.values():
@@ -108,8 +106,6 @@ def expected_minutes(jobs: dict[str, tuple[dict[str, Any], Path]], workers: int)
             validations = max(1, steps // int(task["eval_every"]))
             total += probed[key] * (steps + eval_batches * validations / 3)
         return total / max(1, min(workers, todo)) / 60, todo
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _train_or_fail(cfg: dict[str, Any], run_dir: str) -> RunRecord | dict[str, Any]:

@@ -24,6 +24,7 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from lra.config import compose
 from lra.model import AttentionBlock
 from lra.record import write_json_atomic
 from lra.tasks import ar
+from lra.threads import torch_threads
 
 from . import _kernel_maps as maps
 from ._cells import CellCache, print_plan
@@ -167,33 +169,23 @@ def measure(captured: list[tuple[Tensor, Tensor]], layers: list[int], seq_len: i
             seed: int, cache: CellCache) -> dict[tuple[int, int], dict[str, dict[str, float]]]:
     """Every (p, layer) cell, on one thread: the fits are many tiny steps, a second thread only adds sync cost.
     Cells in ``cache`` (an interrupted earlier call with the same settings) are reused, new ones stored."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        cells = {}
+    cells = {}
+    with torch_threads(1):
         for layer in layers:
             q, k = (split_vectors(x, fit.fit_sequences, seq_len) for x in captured[layer])
             for p in fit.degrees:
-                key = cell_key(p, layer)
-                started = time.perf_counter()
-                reused = key in cache
-                if not reused:
-                    cache.put(key, evaluate_cell(q, k, p, m, fit, seed=seed + 100 * layer + p))
-                cells[(p, layer)] = cache.get(key)
-                errors = ", ".join(f"{name} {c['rmae']:.3f}" for name, c in cells[(p, layer)].items())
-                took = "reused" if reused else f"{time.perf_counter() - started:.0f} s"
+                cell, took = cache.measured(cell_key(p, layer),
+                                            partial(evaluate_cell, q, k, p, m, fit, seed=seed + 100 * layer + p))
+                cells[(p, layer)] = cell
+                errors = ", ".join(f"{name} {c['rmae']:.3f}" for name, c in cell.items())
                 print(f"layer {layer} p={p} ({took}): RMAE {errors}", file=sys.stderr, flush=True)
-        return cells
-    finally:
-        torch.set_num_threads(threads)
+    return cells
 
 
 def probe_cell_seconds(heads: int, d: int, m: int, fit: FitSettings, seq_len: int) -> float:
     """Seconds of one cell on one thread, from a few fit steps and one ALS sweep on random vectors of the
     cell's shapes (the highest degree: the slowest)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         gen = torch.Generator().manual_seed(0)
         q, k = (torch.randn(heads, fit.fit_sequences * seq_len, d, generator=gen) / d**0.5 for _ in range(2))
         p, probe_steps, seconds = max(fit.degrees), 5, 0.0
@@ -207,8 +199,6 @@ def probe_cell_seconds(heads: int, d: int, m: int, fit: FitSettings, seq_len: in
             maps.als_refine(maps.LLoPSMap(heads, p, d, m, gen), q, k, p, sweeps=1)
             seconds += (time.perf_counter() - started) * fit.als_sweeps
         return seconds
-    finally:
-        torch.set_num_threads(threads)
 
 
 def table_rows(cells: dict[tuple[int, int], dict[str, dict[str, float]]], layers: list[int], m: int,

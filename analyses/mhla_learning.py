@@ -213,13 +213,9 @@ def main(argv: list[str] | None = None) -> int:
                "every student timed as the widest one")
 
     def cached(key: str, measure) -> list[dict]:
-        started_cell = time.perf_counter()
-        reused = key in cache
-        if not reused:
-            cache.put(key, measure())
-        took = "reused" if reused else f"{time.perf_counter() - started_cell:.0f} s"
+        cells, took = cache.measured(key, measure)
         print(f"mhla_learning: {key} ({took})", file=sys.stderr, flush=True)
-        return cache.get(key)
+        return cells
 
     started = time.time()
     cells = [c for n, d, seed in teacher_jobs

@@ -42,6 +42,7 @@ from benchmarks.flops import counter, gemm_gflops
 from lra.allocator import reuse_freed_memory
 from lra.config import compose
 from lra.errors import UserError
+from lra.threads import torch_threads
 from lra.train import task_module
 
 ATTENTIONS = ["softmax", "linear", "llops"]
@@ -186,10 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(name).setLevel(logging.WARNING)  # three Trainers per attention
     warnings.filterwarnings("ignore", message=r".*(no `val_dataloader`|isinstance\(treespec)")
     if args.gemm_gflops is None:
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        args.gemm_gflops = gemm_gflops()
-        torch.set_num_threads(threads)
+        with torch_threads(1):
+            args.gemm_gflops = gemm_gflops()
     print(f"GEMM rate (1024-square float32, one thread): {args.gemm_gflops:.1f} GFLOP/s", flush=True)
     rows = []
     try:

@@ -59,3 +59,16 @@ def test_an_explicit_thread_count_is_left_alone(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS")
     monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {0, 1})
     assert threads.FreeCoreThreads.wanted() == threads.STAT.exists()
+
+
+def test_torch_threads_sets_the_count_inside_and_restores_it_even_after_an_error():
+    before = torch.get_num_threads()
+    with threads.torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    try:
+        with threads.torch_threads(1):
+            raise RuntimeError("inside")
+    except RuntimeError:
+        pass
+    assert torch.get_num_threads() == before
