@@ -16,6 +16,8 @@ from attention_zoo import extra_inputs
 
 from .checks import POOLINGS
 from .dropout import Dropout
+from .feedforward import FeedForward
+from .norm_linear import norm_linear
 
 
 class AttentionBlock(nn.Module):
@@ -42,26 +44,13 @@ class AttentionBlock(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         b, n, _ = x.shape
-        parts = self.qkv(self.norm(x)).view(b, n, self.num_inputs, self.num_heads, self.inner // self.num_heads)
+        heads = (self.num_heads, self.inner // self.num_heads)
+        parts = norm_linear(x, self.norm, self.qkv).view(b, n, self.num_inputs, *heads)
         q, k, v, *rest = parts.permute(2, 0, 3, 1, 4)  # each (B, H, N, head_dim)
         extras = dict(zip(extra_inputs(self.attention), rest))
         y = self.attention(q, k, v, key_padding_mask=mask, **extras)  # (B, H, N, head_dim)
         y = y.transpose(1, 2).reshape(b, n, self.inner)
         return x + self.dropout(self.out(y))
-
-
-class FeedForward(nn.Module):
-    """Pre-norm GELU MLP with a residual connection."""
-
-    def __init__(self, dim: int, hidden: int, dropout: float):
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.LayerNorm(dim), nn.Linear(dim, hidden), nn.GELU(), Dropout(dropout),
-            nn.Linear(hidden, dim), Dropout(dropout),
-        )
-
-    def forward(self, x: Tensor) -> Tensor:
-        return x + self.net(x)
 
 
 def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
