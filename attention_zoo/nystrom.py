@@ -42,13 +42,14 @@ def nystrom_factors(q: Tensor, k: Tensor, key_padding_mask: Tensor | None, landm
     means = segment_mean_weights(key_padding_mask, q.shape[0], q.shape[-2], landmarks, q.device)[:, None]
     if key_padding_mask is not None:
         real = key_padding_mask[:, None, :, None]
-        q, k = q.masked_fill(~real, 0.0), k.masked_fill(~real, 0.0)  # pads may hold anything
+        q, k = q.masked_fill_(~real, 0.0), k.masked_fill_(~real, 0.0)  # pads may hold anything (new tensors)
     q_land, k_land = means @ q, means @ k  # (B, H, c, D)
     f = torch.softmax(q @ k_land.transpose(-1, -2), dim=-1)
     a = torch.softmax(q_land @ k_land.transpose(-1, -2), dim=-1)
     scores = q_land @ k.transpose(-1, -2)  # (B, H, c, N)
-    if key_padding_mask is not None:
-        scores = scores.masked_fill(~key_padding_mask[:, None, None, :], torch.finfo(scores.dtype).min)
+    if key_padding_mask is not None:  # padded keys are zero here: adding the lowest float gives it exactly,
+        low = torch.finfo(scores.dtype).min  # and an addition's backward copies nothing (masked_fill's would)
+        scores.add_(torch.where(key_padding_mask, 0.0, low)[:, None, None, :].to(scores.dtype))
     b = torch.softmax(scores, dim=-1)
     return f, newton_schulz_pinv(a, pinv_iterations, pinv_init), b
 
