@@ -9,7 +9,8 @@ Bernstein/Laplace: ``1 / (C - 2 x) = int_0^inf exp(-s C) exp(2 s x) ds``; R-node
     phi_prf(u; s) = [exp(sqrt(2 s) w_i . u - s)]_i / sqrt(M)       w_i ~ N(0, I): E = exp(2 s u . v)
     Psi(u) = concat_r sqrt(w_r) vec(phi_poly(u) (x) phi_prf(u; s_r))      m = R P M features
 
-and ``out = Psi(Q) (Psi(K)^T V) / (Psi(Q) Psi(K)^T 1 + delta)``, O(n m d), causal by chunked prefix sums.
+and ``out = Psi(Q) (Psi(K)^T V) / (Psi(Q) Psi(K)^T 1 + delta)``, O(n m d), causal by chunked prefix sums;
+non-causal on token chunks whose features are recomputed in backward (``SlayChunkMap``): O(n d) memory.
 PRF exponents are clamped to [-20, 20] as in the reference (mlnomadpy/slay). Anchor features are biased
 (the paper's Table 1 says so): ``E[phi_poly(u) . phi_poly(v)] = (1 + 2 x^2) / (d (d + 2))``, not ``x^2``;
 ``poly="exact"`` uses ``vec(u u^T)`` (d^2 features, unbiased) for ablations.
@@ -28,7 +29,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .kernel import float32_region, kernel_attention, naive_normalized_attention
+from ._chunked_attention import chunked_kernel_attention
+from .kernel import at_least_float32, float32_region, kernel_attention, naive_normalized_attention, values_and_ones
 from .registry import register
 from .yat import naive_yat, unit
 
@@ -95,6 +97,42 @@ def naive_slay(q: Tensor, k: Tensor, v: Tensor, omega: Tensor, anchors: Tensor |
                                           causal=causal)
 
 
+class SlayChunkMap:
+    """``SlayAttention.features`` as a chunk map of ``chunked_kernel_attention`` (``ChunkMap`` there): the
+    ``(N, R P M)`` features exist one token chunk at a time, forward and backward. Backward runs autograd
+    through one chunk's features (the same operations as ``features``); the random buffers take no gradient.
+    """
+
+    def __init__(self, module: "SlayAttention", like: Tensor):
+        self.module, self.batch, self.heads = module, like.shape[0], like.shape[1]
+        self.features = module.num_features
+
+    def width(self) -> int:
+        return self.features
+
+    def _features(self, x_c: Tensor) -> Tensor:
+        c, d = x_c.shape[1:]
+        phi = self.module.features(x_c.view(self.batch, self.heads, c, d))  # (B, H, C, m)
+        return phi.reshape(self.batch * self.heads, c, self.features).to(x_c.dtype)
+
+    def forward(self, x_c: Tensor) -> Tensor:
+        return self._features(x_c)
+
+    def recompute(self, x_c: Tensor) -> Tensor:
+        with torch.enable_grad():
+            self.x = x_c.detach().requires_grad_()
+            self.phi = self._features(self.x)
+        return self.phi.detach()
+
+    def backprop(self, x_c: Tensor, grad_phi: Tensor) -> Tensor:
+        (grad,) = torch.autograd.grad(self.phi, self.x, grad_phi)
+        self.x = self.phi = None
+        return grad
+
+    def grad_param(self) -> Tensor:
+        raise RuntimeError("SLAY's feature map has no trainable parameter")
+
+
 @register("slay")
 class SlayAttention(nn.Module):
     """SLAY: anchor x positive-random-feature tensor products per Gauss-Laguerre node, normalised."""
@@ -138,6 +176,13 @@ class SlayAttention(nn.Module):
             return (poly[..., None, :, None] * prf[..., :, None, :]).flatten(-3)  # (B, H, N, R * P * M)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        if not self.causal:  # fused: the (N, m) features per token chunk only (SlayChunkMap)
+            with float32_region(v):
+                q, k = at_least_float32(q), at_least_float32(k)
+                v1 = values_and_ones(at_least_float32(v), key_padding_mask)
+                out = chunked_kernel_attention(q, k, v1, None, None, lambda _, like, __: SlayChunkMap(self, like),
+                                               eps=self.delta)
+            return out.to(v.dtype)
         return kernel_attention(self.features(q), self.features(k), v, key_padding_mask, eps=self.delta,
                                 causal=self.causal, chunk_size=self.chunk_size)
 
