@@ -1,16 +1,18 @@
 """Checks of a composed config that need nothing heavy (no torch): they run before the training stack loads.
 
 Invalid model settings, keys that ``+task.x=...`` or ``+model.x=...`` add but nothing reads, sweeper or
-launcher presets whose plugin is not installed and the old ``experiment=<name>/<task>`` spelling are each one
-error naming the key and the fix.
+launcher presets whose plugin is not installed, an experiment with no settings for the task and the old
+``experiment=<name>/<task>`` spelling are each one error naming the key and the fix.
 """
 
 from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
+from .config import CONF_DIR
 from .errors import UserError
 
 POOLINGS = ("mean", "cls", "none")
@@ -72,10 +74,24 @@ def check_task(task: dict[str, Any]) -> None:
             raise UserError(f"task.{err}") from None
 
 
+def check_experiment(cfg: dict[str, Any], conf_dir: Path = CONF_DIR) -> None:
+    """Refuse an experiment with per-task settings (``conf/experiment/<name>/``) that has none for this task:
+    Hydra's optional include would skip them, and the run would be the full protocol under the experiment's tag."""
+    name, task = cfg.get("experiment"), cfg["task"]["name"]
+    folder = conf_dir / "experiment" / str(name)
+    if not name or not folder.is_dir() or (folder / f"{task}.yaml").is_file():
+        return
+    covered = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
+    raise UserError(f"experiment={name} has no settings for task={task} (no conf/experiment/{name}/{task}.yaml), "
+                    f"so it would run task {task}'s full protocol tagged {name!r}. It covers: {covered}. Drop "
+                    f"experiment={name}, or add that file (conf/experiment/README.md)")
+
+
 def check_config(cfg: dict[str, Any]) -> None:
     """Every check of a resolved config that needs no data and no torch."""
     check_model(cfg["model"])
     check_task(cfg["task"])
+    check_experiment(cfg)
 
 
 def check_added_keys(added: Iterable[str], reference: dict[str, Any]) -> None:

@@ -113,3 +113,13 @@ def test_a_missing_sweeper_plugin_names_the_pip_extra():
     message = missing_plugin(["-m", "hydra/sweeper=optuna_lr_wd"], find_spec=lambda module: None)
     assert "hydra_optuna_sweeper" in message and 'pip install -e ".[optuna]"' in message
     assert missing_plugin(["hydra/launcher=joblib"], find_spec=lambda module: object()) is None
+
+
+def test_an_experiment_without_settings_for_the_task_is_refused():
+    with pytest.raises(UserError) as error:
+        check_config(compose_config(["task=ar", "experiment=quick"]))
+    message = str(error.value)
+    assert "experiment=quick has no settings for task=ar" in message
+    assert "conf/experiment/quick/ar.yaml" in message and "listops" in message
+    check_config(compose_config(["task=listops", "experiment=quick"]))  # covered: no error
+    check_config(compose_config(["task=ar"]))  # no experiment: no error
