@@ -65,20 +65,24 @@ def synthetic_batch(cfg: dict, batch_size: int, generator: torch.Generator) -> d
 
 
 def step_seconds(cfg: dict, batch: dict[str, Tensor], steps: int, warmup: int, pass_through: bool) -> float:
-    """Median seconds of one Lightning training step (after ``warmup`` steps) on ``batch`` repeated."""
+    """Median seconds of one Lightning training step (after ``warmup`` steps) on ``batch`` repeated; with
+    ``task.micro_batches`` n, ``batch`` is one part and a step is n parts accumulated (times summed per step)."""
+    micro = int(cfg["task"].get("micro_batches", 1))
     pl.seed_everything(cfg["seed"], verbose=False)
     model = task_module(cfg["task"]["name"]).LitModule(cfg, VOCAB, int(cfg["task"]["num_classes"]))
     if pass_through:
         for block in model.encoder.blocks:
             if isinstance(block, AttentionBlock):
                 block.attention = PassThrough()
-    timer = LoadingTimer(skip=warmup)
+    timer = LoadingTimer(skip=warmup * micro)
     trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=warmup + steps + 1, limit_val_batches=0,
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=[timer], num_sanity_val_steps=0)
-    loader = torch.utils.data.DataLoader([batch] * (warmup + steps + 1), batch_size=None)
+                         enable_model_summary=False, callbacks=[timer], num_sanity_val_steps=0,
+                         accumulate_grad_batches=micro)
+    loader = torch.utils.data.DataLoader([batch] * ((warmup + steps + 1) * micro), batch_size=None)
     trainer.fit(model, train_dataloaders=loader)
-    return float(torch.tensor(timer.steps).median())
+    parts = torch.tensor(timer.steps[:len(timer.steps) // micro * micro])
+    return float(parts.view(-1, micro).sum(1).median())
 
 
 def measure(task: str, attention: str, args) -> dict:
@@ -86,9 +90,13 @@ def measure(task: str, attention: str, args) -> dict:
     if args.experiment:
         overrides.append(f"experiment={args.experiment}")
     cfg = compose(overrides)
+    micro = int(cfg["task"].get("micro_batches", 1))
     batch_size = args.batch or int(cfg["task"]["batch_size"])
-    batch = synthetic_batch(cfg, batch_size, torch.Generator().manual_seed(0))
-    tokens = int(batch["lengths"].sum()) + int(batch.get("lengths2", torch.zeros(1)).sum())
+    if batch_size % micro:
+        raise UserError(f"--batch {batch_size} does not split into task.micro_batches={micro} equal parts: "
+                        f"give a multiple of {micro}, or add task.micro_batches=1")
+    batch = synthetic_batch(cfg, batch_size // micro, torch.Generator().manual_seed(0))
+    tokens = micro * (int(batch["lengths"].sum()) + int(batch.get("lengths2", torch.zeros(1)).sum()))
     step = step_seconds(cfg, batch, args.steps, args.warmup, pass_through=False)
     rest = step_seconds(cfg, batch, args.steps, args.warmup, pass_through=True)
     return {"task": task, "attention": attention, "batch": batch_size, "length": batch["tokens"].shape[1],

@@ -8,9 +8,11 @@ Lightning, model, batch), the peak during the steps (``VmHWM`` reset at that poi
 ``/proc/self/clear_refs``; ``getrusage``'s lifetime peak where that is not possible), their difference
 (what the step itself takes), and the step time.
 
-``--batch`` below ``--fit-batch`` (default 32) measures a smaller batch and scales the step's memory to
-``--fit-batch`` linearly (activations grow with the batch; the weights are under a megabyte); ``fits`` says
-whether the process peak at ``--fit-batch`` stays within ``--fit-gib`` (4). ``--guard-gib`` caps a cell's
+A task with ``task.micro_batches`` n computes each batch in n accumulated parts, so one part is what a step
+holds at once: the cell measures a part (``--batch`` defaults to the task's batch over n). ``--batch`` below
+the part at ``--fit-batch`` (default 32, over n) measures a smaller batch and scales the step's memory up
+linearly (activations grow with the batch; the weights are under a megabyte); ``fits`` says whether the
+process peak there stays within ``--fit-gib`` (4). ``--guard-gib`` caps a cell's
 data segment (``RLIMIT_DATA``) so a cell that would not fit stops instead of pressing the machine; it is
 then reported as over the guard. Default: the linear-time mechanisms of the zoo on Text (4,096 tokens) and
 Retrieval (2 x 4,000). Writes ``step_memory.csv``. A benchmark, not a test.
@@ -81,7 +83,8 @@ def measure_here(task: str, attention: str, batch_size: int | None, steps: int, 
     if cfg.get("reuse_freed_memory", True):
         reuse_freed_memory()
     pl.seed_everything(cfg["seed"], verbose=False)
-    batch_size = batch_size or int(cfg["task"]["batch_size"])
+    micro = int(cfg["task"].get("micro_batches", 1))
+    batch_size = batch_size or int(cfg["task"]["batch_size"]) // micro
     batch = synthetic_batch(cfg, batch_size, torch.Generator().manual_seed(0))
     model = task_module(task).LitModule(cfg, VOCAB, int(cfg["task"]["num_classes"]))
     probe, timer = PeakProbe(), LoadingTimer(skip=1)
@@ -90,7 +93,8 @@ def measure_here(task: str, attention: str, batch_size: int | None, steps: int, 
                          callbacks=[probe, timer], num_sanity_val_steps=0)
     trainer.fit(model, train_dataloaders=torch.utils.data.DataLoader([batch] * steps, batch_size=None))
     peak = peak_bytes()
-    return {"task": task, "attention": attention, "batch": batch_size, "length": batch["tokens"].shape[1],
+    return {"task": task, "attention": attention, "batch": batch_size, "micro_batches": micro,
+            "length": batch["tokens"].shape[1],
             "rss_before_mb": probe.before / MIB, "step_peak_mb": (peak - probe.before) / MIB,
             "peak_rss_mb": peak / MIB, "peak_reset": probe.reset,
             "step_s": (sum(timer.steps) / len(timer.steps)) if timer.steps else None}
@@ -118,10 +122,11 @@ def measure_fresh(task: str, attention: str, args) -> dict:
 
 
 def with_fit(row: dict, fit_batch: int, fit_gib: float) -> dict:
-    """Adds the process peak at ``fit_batch`` (measured, or the step's memory scaled linearly) and ``fits``."""
+    """Adds the process peak at ``fit_batch`` (measured, or the step's memory scaled linearly) and ``fits``;
+    with micro-batches the step holds one part, ``fit_batch`` over their number, at a time."""
     if row.get("status") != "ok":
         return {**row, "fit_batch": fit_batch, "peak_at_fit_mb": None, "fits": False}
-    scale = fit_batch / row["batch"]
+    scale = fit_batch / row.get("micro_batches", 1) / row["batch"]
     peak = row["rss_before_mb"] + scale * row["step_peak_mb"]
     return {**row, "fit_batch": fit_batch, "peak_at_fit_mb": peak, "extrapolated": scale != 1,
             "fits": peak <= fit_gib * 1024}
@@ -164,8 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         for attention in args.attentions:
             rows.append(with_fit(measure_fresh(task, attention, args), args.fit_batch, args.fit_gib))
             r = rows[-1]
+            parts = f" in {r['micro_batches']} parts" if r.get("micro_batches", 1) > 1 else ""
             said = (f"before {r['rss_before_mb']:6.0f} MiB, step +{r['step_peak_mb']:6.0f} MiB (batch {r['batch']}), "
-                    f"at batch {args.fit_batch}: {r['peak_at_fit_mb']:6.0f} MiB, fits {args.fit_gib:g} GiB: {r['fits']}"
+                    f"at batch {args.fit_batch}{parts}: {r['peak_at_fit_mb']:6.0f} MiB, fits {args.fit_gib:g} GiB: {r['fits']}"
                     if r["status"] == "ok" else r["status"])
             print(f"{task:>10} {attention:>11}: {said}", flush=True)
     frame = pd.DataFrame(rows)

@@ -72,6 +72,10 @@ def check_task(task: dict[str, Any]) -> None:
             _integer(task, name, 1)
         except UserError as err:
             raise UserError(f"task.{err}") from None
+    micro = task.get("micro_batches", 1)
+    if isinstance(micro, bool) or not isinstance(micro, int) or micro < 1 or task["batch_size"] % micro:
+        raise UserError(f"task.micro_batches={micro!r}: must be a positive integer that divides "
+                        f"task.batch_size={task['batch_size']} (each batch runs as that many equal parts)")
 
 
 def check_experiment(cfg: dict[str, Any], conf_dir: Path = CONF_DIR) -> None:

@@ -166,10 +166,14 @@ class CompactDataModule(pl.LightningDataModule):
                 lengths = np.maximum(lengths, np.diff(offsets))
         return np.argsort(-np.minimum(lengths, self.task["max_len"]), kind="stable").tolist()
 
+    def train_batch_size(self) -> int:
+        """Examples in one training micro-batch: ``task.batch_size`` split into ``task.micro_batches`` parts."""
+        return self.task["batch_size"] // int(self.task.get("micro_batches", 1))
+
     def _loader(self, split: str, sampler: EpochSampler | list[int] | None = None) -> DataLoader:
         data = self.task["data"]
         workers = int(data.get("num_workers", 0))
-        batch_size = self.task["batch_size"]
+        batch_size = self.train_batch_size()
         if split != "train":
             batch_size = int(data.get("eval_batch_size") or batch_size)
         # an own generator: creating an iterator then never draws from the global RNG (exact resume)
@@ -201,7 +205,7 @@ class CompactDataModule(pl.LightningDataModule):
         state = getattr(self, "_resume_state", None)
         single_process = self.trainer is None or self.trainer.world_size == 1  # DDP shards after this order
         if state and single_process:
-            sampler.resume_at(state["epoch"], state["batches_done"] * self.task["batch_size"])
+            sampler.resume_at(state["epoch"], state["batches_done"] * self.train_batch_size())
         elif state and state.get("batches_done"):
             log.warning("resumed mid-epoch under DDP: epoch %d starts its order again (exact resume is "
                         "single-process)", state["epoch"])

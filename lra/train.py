@@ -71,14 +71,22 @@ def task_module(name: str):
 
 
 def trainer_args(cfg: dict[str, Any]) -> dict[str, Any]:
-    """``cfg['trainer']``; a run shorter than its validation interval validates once, at its last step."""
+    """``cfg['trainer']``; a run shorter than its validation interval validates once, at its last step.
+
+    ``task.micro_batches`` n > 1 accumulates n micro-batches into each optimizer step; Lightning counts the
+    validation interval in micro-batches, so it is scaled to stay ``task.eval_every`` optimizer steps."""
     args = dict(cfg["trainer"])
     every, steps = args.get("val_check_interval"), args.get("max_steps")
     if (not args.get("fast_dev_run") and type(every) is int and type(steps) is int and 0 < steps < every):
         log.warning("max_steps=%d ends before the first validation (every %d steps, task.eval_every): validating "
                     "once, at step %d, so the run has a checkpoint to test. To shorten a run set task.max_steps "
                     "and task.eval_every.", steps, every, steps)
-        args["val_check_interval"] = steps
+        args["val_check_interval"] = every = steps
+    micro = int(cfg["task"].get("micro_batches", 1))
+    if micro > 1:
+        args["accumulate_grad_batches"] = micro
+        if type(every) is int:
+            args["val_check_interval"] = every * micro
     return args
 
 

@@ -32,3 +32,13 @@ def test_default_tasks_come_from_the_task_registry_up_to_the_longest_length():
     tasks = step_bench.default_tasks()
     assert {"listops", "text", "retrieval", "image", "pathfinder", "ar"} <= set(tasks)
     assert "pathx" not in tasks  # 16384 tokens: only when --tasks names it
+
+
+def test_a_step_in_micro_batches_counts_every_part(tmp_path):
+    code = step_bench.main(["--tasks", "listops", "--attentions", "linear", "--batch", "4", "--steps", "2",
+                            "--warmup", "1", "--experiment", "quick", "--out", str(tmp_path), "task.micro_batches=2"])
+    assert code == 0
+    row = pd.read_csv(tmp_path / "step_cpu.csv").iloc[0]
+    assert row["batch"] == 4 and row["tokens_per_s"] * row["step_ms"] / 1e3 == pytest.approx(4 * row["length"])
+    assert step_bench.main(["--tasks", "listops", "--attentions", "linear", "--batch", "3", "--experiment", "quick",
+                            "--out", str(tmp_path), "task.micro_batches=2"]) == 2  # 3 does not split in 2

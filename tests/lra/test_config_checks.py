@@ -24,6 +24,8 @@ from tests.lra.conftest import TINY, compose_config
     ("model.dropout=2", "model.dropout=2: must be a number in [0, 1)"),
     ("model.ffn_dim=abc", "model.ffn_dim='abc': must be an integer >= 1"),
     ("task.max_len=0", "task.max_len=0: must be an integer >= 1"),
+    ("task.micro_batches=3", "task.micro_batches=3: must be a positive integer that divides task.batch_size=32"),
+    ("task.micro_batches=0", "task.micro_batches=0: must be a positive integer"),
 ])
 def test_invalid_model_and_task_settings_are_refused_by_name(override, message):
     with pytest.raises(UserError) as error:
