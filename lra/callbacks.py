@@ -29,6 +29,9 @@ class CheckpointOnPreemption(pl.Callback):
     current batch; this saves ``last.ckpt`` there, with the data position and RNG state, so a rerun resumes
     exactly. A second Ctrl-C stops at once. The ``SIGTERMException`` carries the signal as ``signum``.
 
+    With ``task.micro_batches`` the stop waits for the last part of the batch: the parts' summed gradients
+    are not saved, so a checkpoint between them would resume with part of a step lost.
+
     Lightning's own SLURM plugin takes SIGUSR1 over when it runs under SLURM with auto-requeue.
     """
 
@@ -36,6 +39,7 @@ class CheckpointOnPreemption(pl.Callback):
         self.path = Path(path)
         self.signum = signal.SIGTERM
         self._sigint_before = None
+        self._deferred = False
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit" and hasattr(signal, "SIGUSR1"):
@@ -51,6 +55,16 @@ class CheckpointOnPreemption(pl.Callback):
         if self._sigint_before is not None:
             signal.signal(signal.SIGINT, self._sigint_before)
             self._sigint_before = None
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch,
+                           batch_idx: int) -> None:
+        between_parts = trainer.fit_loop.epoch_loop._should_accumulate()
+        signals = trainer._signal_connector  # holds the flag Lightning checks right after this hook
+        if signals.received_sigterm and between_parts:
+            signals.received_sigterm, self._deferred = False, True
+            log.warning("stopping after the last part of this batch (task.micro_batches)")
+        elif self._deferred and not between_parts:
+            signals.received_sigterm, self._deferred = True, False
 
     def _catch_ctrl_c(self) -> None:
         if threading.current_thread() is threading.main_thread() and self._sigint_before is None:

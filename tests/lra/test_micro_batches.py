@@ -5,10 +5,14 @@ the activations a step holds; Retrieval's protocol uses it to fit 2 x 4,000 toke
 from __future__ import annotations
 
 import csv
+import os
+import signal
 
 import pytest
 import torch
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
+from lra.callbacks import CheckpointOnPreemption
 from lra.train import run, trainer_args
 from tests.lra.conftest import TINY, compose_config
 
@@ -42,3 +46,32 @@ def test_micro_batches_scale_the_validation_interval_and_accumulate():
     assert args["val_check_interval"] == 4 * cfg["task"]["eval_every"]
     quick = trainer_args(compose_config(["task=retrieval", "experiment=quick"]))
     assert "accumulate_grad_batches" not in quick and quick["val_check_interval"] == 500
+
+
+def micro_config(data_dir) -> dict:
+    """160 trees in batches of 32 as 2 parts of 16 (10 parts an epoch), validation every 7 steps."""
+    return compose_config(["attention=linear", "experiment=quick", f"data_dir={data_dir}", *TINY, "task.max_steps=20",
+                           "task.eval_every=7", "task.micro_batches=2", "trainer.enable_progress_bar=false"])
+
+
+def test_a_stop_between_the_parts_of_a_batch_waits_for_its_last_part_and_resumes_exactly(tiny_data_dir, tmp_path,
+                                                                                         monkeypatch):
+    """The parts' summed gradients are not in a checkpoint: a SIGTERM during a batch's first part stops after
+    its second, at an optimizer step, and the rerun gives the uninterrupted result."""
+    reference = run(micro_config(tiny_data_dir), tmp_path / "reference")["metrics"]
+
+    def send_sigterm(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == 11 and batch_idx % 2 == 0 and not getattr(self, "sent", False):
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(CheckpointOnPreemption, "on_train_batch_start", send_sigterm, raising=False)
+        with pytest.raises(SIGTERMException):
+            run(micro_config(tiny_data_dir), tmp_path / "stopped")
+    saved = torch.load(tmp_path / "stopped" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert saved["global_step"] == 12  # after the part that completed step 12, not between the parts
+    got = run(micro_config(tiny_data_dir), tmp_path / "stopped")
+    assert got["status"] == "completed" and got["steps"] == 20
+    for metric in ("val_acc", "test_acc", "test_loss"):
+        assert got["metrics"][metric] == reference[metric], metric
