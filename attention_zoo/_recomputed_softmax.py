@@ -15,7 +15,7 @@ backward applies the same function to ``dO v^T``.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor

@@ -103,7 +103,7 @@ class SlayChunkMap:
     through one chunk's features (the same operations as ``features``); the random buffers take no gradient.
     """
 
-    def __init__(self, module: "SlayAttention", like: Tensor):
+    def __init__(self, module: SlayAttention, like: Tensor):
         self.module, self.batch, self.heads = module, like.shape[0], like.shape[1]
         self.features = module.num_features
 

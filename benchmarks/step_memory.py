@@ -171,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             r = rows[-1]
             parts = f" in {r['micro_batches']} parts" if r.get("micro_batches", 1) > 1 else ""
             said = (f"before {r['rss_before_mb']:6.0f} MiB, step +{r['step_peak_mb']:6.0f} MiB (batch {r['batch']}), "
-                    f"at batch {args.fit_batch}{parts}: {r['peak_at_fit_mb']:6.0f} MiB, fits {args.fit_gib:g} GiB: {r['fits']}"
+                    f"at batch {args.fit_batch}{parts}: {r['peak_at_fit_mb']:6.0f} MiB, "
+                    f"fits {args.fit_gib:g} GiB: {r['fits']}"
                     if r["status"] == "ok" else r["status"])
             print(f"{task:>10} {attention:>11}: {said}", flush=True)
     frame = pd.DataFrame(rows)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -24,3 +26,15 @@ def tiny_data_dir(tmp_path_factory) -> Path:
 @pytest.fixture()
 def tiny_overrides(tiny_data_dir) -> list[str]:
     return ["experiment=quick", f"data_dir={tiny_data_dir}", *TINY]
+
+
+def signal_at_step(step: int, signum: int = signal.SIGTERM, every_nth_batch: int = 1):
+    """A callback hook (patch it onto ``CheckpointOnPreemption``) that sends ``signum`` to this process once,
+    from the first hooked batch at ``global_step == step`` whose index is a multiple of ``every_nth_batch``."""
+
+    def send(self, trainer, pl_module, batch, batch_idx, *args) -> None:
+        if trainer.global_step == step and batch_idx % every_nth_batch == 0 and not getattr(self, "sent", False):
+            self.sent = True
+            os.kill(os.getpid(), signum)
+
+    return send

@@ -5,8 +5,6 @@ the activations a step holds; Retrieval's protocol uses it to fit 2 x 4,000 toke
 from __future__ import annotations
 
 import csv
-import os
-import signal
 
 import pytest
 import torch
@@ -14,7 +12,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lra.callbacks import CheckpointOnPreemption
 from lra.train import run, trainer_args
-from tests.lra.conftest import TINY, compose_config
+from tests.lra.conftest import TINY, compose_config, signal_at_step
 
 
 def val_rows(run_dir) -> list[tuple[int, float]]:
@@ -59,14 +57,9 @@ def test_a_stop_between_the_parts_of_a_batch_waits_for_its_last_part_and_resumes
     """The parts' summed gradients are not in a checkpoint: a SIGTERM during a batch's first part stops after
     its second, at an optimizer step, and the rerun gives the uninterrupted result."""
     reference = run(micro_config(tiny_data_dir), tmp_path / "reference")["metrics"]
-
-    def send_sigterm(self, trainer, pl_module, batch, batch_idx):
-        if trainer.global_step == 11 and batch_idx % 2 == 0 and not getattr(self, "sent", False):
-            self.sent = True
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(CheckpointOnPreemption, "on_train_batch_start", send_sigterm, raising=False)
+    with monkeypatch.context() as patch:  # a batch with an even index is the first of its two parts
+        patch.setattr(CheckpointOnPreemption, "on_train_batch_start", signal_at_step(11, every_nth_batch=2),
+                      raising=False)
         with pytest.raises(SIGTERMException):
             run(micro_config(tiny_data_dir), tmp_path / "stopped")
     saved = torch.load(tmp_path / "stopped" / "checkpoints" / "last.ckpt", weights_only=True)

@@ -19,7 +19,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from lra.callbacks import CheckpointOnPreemption, stop_signal
 from lra.sampling import EpochSampler
 from lra.train import run
-from tests.lra.conftest import ROOT, TINY, compose_config
+from tests.lra.conftest import ROOT, TINY, compose_config, signal_at_step
 
 
 def test_epoch_sampler_is_a_function_of_seed_and_epoch_and_resumes_mid_epoch():
@@ -144,15 +144,9 @@ def in_process_reference(tiny_data_dir, tmp_path_factory) -> dict:
 def test_sigterm_at_any_point_then_rerun_gives_the_uninterrupted_result(hook, step, signum, in_process_reference,
                                                                          tiny_data_dir, tmp_path, monkeypatch):
     """SIGTERM (or Ctrl-C) sent to itself while step ``step`` trains (or validates), then the same run again."""
-
-    def send_signal(self, trainer, *args, **kwargs):
-        if trainer.global_step == step and not getattr(self, "sent", False):
-            self.sent = True
-            os.kill(os.getpid(), signum)
-
     cfg, handler = in_process_config(tiny_data_dir), signal.getsignal(signal.SIGINT)
     with monkeypatch.context() as patch:
-        patch.setattr(CheckpointOnPreemption, hook, send_signal, raising=False)
+        patch.setattr(CheckpointOnPreemption, hook, signal_at_step(step, signum), raising=False)
         with pytest.raises(SIGTERMException) as stopped:
             run(cfg, tmp_path)
     assert stop_signal(stopped.value) == signum
@@ -173,15 +167,9 @@ def test_a_moved_or_copied_run_folder_resumes_with_its_own_checkpoints(in_proces
                                                                         tmp_path, monkeypatch):
     """Interrupted after its last validation (step 35 of 40), the folder is copied (b) and moved (c): each
     resumes exactly and tests its own best checkpoint with its recorded score."""
-
-    def send_sigterm(self, trainer, *args, **kwargs):
-        if trainer.global_step == 38 and not getattr(self, "sent", False):
-            self.sent = True
-            os.kill(os.getpid(), signal.SIGTERM)
-
     cfg = in_process_config(tiny_data_dir)
     with monkeypatch.context() as patch:
-        patch.setattr(CheckpointOnPreemption, "on_train_batch_start", send_sigterm, raising=False)
+        patch.setattr(CheckpointOnPreemption, "on_train_batch_start", signal_at_step(38), raising=False)
         with pytest.raises(SIGTERMException):
             run(cfg, tmp_path / "a")
     shutil.copytree(tmp_path / "a", tmp_path / "b")

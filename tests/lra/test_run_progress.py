@@ -4,8 +4,6 @@ all its training tokens; a finished run folder is left alone unless ``rerun=true
 from __future__ import annotations
 
 import json
-import os
-import signal
 
 import pytest
 import torch
@@ -13,7 +11,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lra.callbacks import CheckpointOnPreemption
 from lra.train import run
-from tests.lra.conftest import TINY, compose_config
+from tests.lra.conftest import TINY, compose_config, signal_at_step
 
 
 def config(data_dir, *extra) -> dict:
@@ -28,13 +26,8 @@ def tokens_trained(record: dict) -> float:
 def test_a_resumed_run_records_all_segments_time_and_tokens(tiny_data_dir, tmp_path, monkeypatch):
     whole = run(config(tiny_data_dir), tmp_path / "whole")
 
-    def stop_at_step_9(self, trainer, *args, **kwargs):
-        if trainer.global_step == 9 and not getattr(self, "sent", False):
-            self.sent = True
-            os.kill(os.getpid(), signal.SIGTERM)
-
     with monkeypatch.context() as patch:
-        patch.setattr(CheckpointOnPreemption, "on_train_batch_start", stop_at_step_9, raising=False)
+        patch.setattr(CheckpointOnPreemption, "on_train_batch_start", signal_at_step(9), raising=False)
         with pytest.raises(SIGTERMException):
             run(config(tiny_data_dir), tmp_path / "split")
     saved = torch.load(tmp_path / "split" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
