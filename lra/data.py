@@ -201,7 +201,9 @@ class CompactDataModule(pl.LightningDataModule):
         return pad_batch(items, int(self.task["data"].get("pad_multiple", 1)))
 
     def train_dataloader(self) -> DataLoader:
-        sampler = EpochSampler(len(self.data["train"]), int(self.cfg.get("seed", 0)))
+        micro = int(self.task.get("micro_batches", 1))  # parts of a batch: every batch whole, so steps align
+        sampler = EpochSampler(len(self.data["train"]), int(self.cfg.get("seed", 0)),
+                               whole=self.task["batch_size"] if micro > 1 else 1)
         state = getattr(self, "_resume_state", None)
         single_process = self.trainer is None or self.trainer.world_size == 1  # DDP shards after this order
         if state and single_process:

@@ -68,3 +68,14 @@ def test_a_stop_between_the_parts_of_a_batch_waits_for_its_last_part_and_resumes
     assert got["status"] == "completed" and got["steps"] == 20
     for metric in ("val_acc", "test_acc", "test_loss"):
         assert got["metrics"][metric] == reference[metric], metric
+
+
+def test_every_step_has_all_its_parts_when_the_epoch_is_not_whole_batches(tmp_path):
+    """150 trees in batches of 8 as 4 parts: each epoch trains 18 whole batches (its last 6 trees, different
+    ones each epoch, are left out), so validation and checkpoints fall on optimizer steps in every epoch."""
+    cfg = compose_config(["attention=linear", "experiment=quick", f"data_dir={tmp_path / 'data'}", *TINY,
+                          "task.data.generate.train=150", "task.batch_size=8", "task.micro_batches=4",
+                          "task.max_steps=40", "task.eval_every=7", "trainer.enable_progress_bar=false"])
+    record = run(cfg, tmp_path / "run")
+    assert record["status"] == "completed" and record["steps"] == 40
+    assert [s for s, _ in val_rows(tmp_path / "run")] == [6, 13, 20, 27, 34]

@@ -35,6 +35,8 @@ def test_epoch_sampler_is_a_function_of_seed_and_epoch_and_resumes_mid_epoch():
     sampler.resume_at(epoch=0, consumed=4)
     assert list(sampler) == second  # a stale resume point for another epoch is ignored
     assert torch.equal(state, torch.get_rng_state())
+    whole = EpochSampler(10, seed=3, whole=4)  # whole batches of 4: the epoch's last 2 are left out
+    assert len(whole) == 8 and list(whole) == first[:8]
 
 
 def command(run_dir, data_dir) -> list[str]:
