@@ -84,9 +84,12 @@ def trainer_args(cfg: dict[str, Any]) -> dict[str, Any]:
         args["val_check_interval"] = every = steps
     micro = int(cfg["task"].get("micro_batches", 1))
     if micro > 1:
+        if type(every) is not int:
+            raise UserError(f"trainer.val_check_interval={every!r} (a fraction of an epoch) with task.micro_batches="
+                            f"{micro} could validate between the parts of a step: validate every N steps with "
+                            f"task.eval_every=N instead")
         args["accumulate_grad_batches"] = micro
-        if type(every) is int:
-            args["val_check_interval"] = every * micro
+        args["val_check_interval"] = every * micro
     return args
 
 

@@ -11,6 +11,7 @@ import torch
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lra.callbacks import CheckpointOnPreemption
+from lra.errors import UserError
 from lra.train import run, trainer_args
 from tests.lra.conftest import TINY, compose_config, signal_at_step
 
@@ -44,6 +45,8 @@ def test_micro_batches_scale_the_validation_interval_and_accumulate():
     assert args["val_check_interval"] == 4 * cfg["task"]["eval_every"]
     quick = trainer_args(compose_config(["task=retrieval", "experiment=quick"]))
     assert "accumulate_grad_batches" not in quick and quick["val_check_interval"] == 500
+    with pytest.raises(UserError, match=r"trainer.val_check_interval=0.5 \(a fraction of an epoch\)"):
+        trainer_args(compose_config(["task=retrieval", "trainer.val_check_interval=0.5"]))
 
 
 def micro_config(data_dir) -> dict:
