@@ -15,11 +15,12 @@ from typing import Any
 from .config import CONF_DIR
 from .errors import UserError
 
-POOLINGS = ("mean", "cls", "none")
+POOLINGS = ("mean", "cls", "none", "padded_mean")
 # keys the code reads with a default: a task config may lack them, so `+task.<key>=...` may add them
 OPTIONAL_KEYS = {
     "task": ("causal", "truncate"),
     "task.data": ("eval_batch_size", "limit", "num_workers", "pad_multiple"),
+    "task.optim": ("cycle_momentum",),
 }
 # a preset of conf/hydra/ -> (the plugin module it needs, the pip extra that installs it)
 PLUGIN_PRESETS = {
@@ -61,6 +62,10 @@ def check_model(model: dict[str, Any]) -> None:
         raise UserError(f"model.attention_dropout={attention_dropout!r}: must be a number in [0, 1)")
     if not isinstance(model.get("checkpoint_blocks", False), bool):
         raise UserError(f"model.checkpoint_blocks={model.get('checkpoint_blocks')!r}: must be true or false")
+    std = model.get("embed_init_std")
+    if std is not None and (isinstance(std, bool) or not isinstance(std, (int, float)) or not std > 0):
+        raise UserError(f"model.embed_init_std={std!r}: must be null (nn.Embedding's N(0, 1)) or a positive "
+                        f"number (the PyTorch ports: 0.02)")
     if model.get("pooling") not in POOLINGS:
         raise UserError(f"model.pooling={model.get('pooling')!r}: must be one of {', '.join(POOLINGS)}")
 

@@ -59,10 +59,19 @@ def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     return (x * w).sum(1) / w.sum(1).clamp_min(1.0)
 
 
+def padded_mean(x: Tensor, mask: Tensor, max_len: int) -> Tensor:
+    """Sum of ``x`` ``(B, N, D)`` over real positions divided by ``max_len``: the PyTorch ports' pooling, which
+    zeroes padded positions and averages over all ``max_len`` of them (Nystromformer LRA model.py)."""
+    return (x * mask.to(x.dtype).unsqueeze(-1)).sum(1) / max_len
+
+
 class Encoder(nn.Module):
     """Token + learned position embeddings, ``depth`` blocks, final norm, pooled ``(B, dim)`` output.
 
-    ``pooling="none"`` returns every position ``(B, N, dim)`` (token-level tasks such as ``ar``).
+    ``pooling="none"`` returns every position ``(B, N, dim)`` (token-level tasks such as ``ar``);
+    ``"padded_mean"`` is the ports' sum over real tokens divided by ``max_len``.
+    ``embed_init_std`` draws token and position embeddings from N(0, std^2) (the ports: 0.02); None keeps
+    ``nn.Embedding``'s N(0, 1).
     ``checkpoint_blocks`` keeps only each block's input for backward and runs the block again there
     (``torch.utils.checkpoint``, the RNG state restored, so dropout draws the same masks): the same numbers
     in less memory, for about one more forward pass.
@@ -70,7 +79,8 @@ class Encoder(nn.Module):
 
     def __init__(self, *, vocab_size: int, max_len: int, dim: int, depth: int, num_heads: int,
                  ffn_dim: int, dropout: float, make_attention: Callable[[int], nn.Module],
-                 pooling: str = "mean", qkv_dim: int | None = None, checkpoint_blocks: bool = False):
+                 pooling: str = "mean", qkv_dim: int | None = None, checkpoint_blocks: bool = False,
+                 embed_init_std: float | None = None):
         super().__init__()
         self.checkpoint_blocks = checkpoint_blocks
         if pooling not in POOLINGS:
@@ -79,6 +89,9 @@ class Encoder(nn.Module):
         self.tokens = nn.Embedding(vocab_size, dim)
         self.positions = nn.Embedding(max_len + (pooling == "cls"), dim)
         self.cls = nn.Parameter(torch.zeros(1, 1, dim)) if pooling == "cls" else None
+        if embed_init_std is not None:
+            nn.init.normal_(self.tokens.weight, std=embed_init_std)
+            nn.init.normal_(self.positions.weight, std=embed_init_std)
         self.dropout = Dropout(dropout)
         self.blocks = nn.ModuleList()
         for layer in range(depth):
@@ -105,6 +118,8 @@ class Encoder(nn.Module):
         x = self.norm(x)
         if self.pooling == "none":
             return x
+        if self.pooling == "padded_mean":
+            return padded_mean(x, mask, self.max_len)
         return x[:, 0] if self.cls is not None else masked_mean(x, mask)
 
 

@@ -16,7 +16,7 @@ import attention_zoo
 
 from .errors import UserError
 from .model import ClassifierHead, Encoder
-from .schedules import lr_multiplier
+from .schedules import lr_multiplier, scheduler
 
 
 def attention_factory(cfg: dict[str, Any], max_len: int):
@@ -78,7 +78,8 @@ def build_encoder(cfg: dict[str, Any], vocab_size: int) -> Encoder:
     return Encoder(vocab_size=vocab_size, max_len=max_len, dim=model["dim"], depth=model["depth"],
                    num_heads=model["heads"], ffn_dim=model["ffn_dim"], dropout=model["dropout"],
                    make_attention=attention_factory(cfg, max_len), pooling=model["pooling"],
-                   qkv_dim=model.get("qkv_dim"), checkpoint_blocks=model.get("checkpoint_blocks", False))
+                   qkv_dim=model.get("qkv_dim"), checkpoint_blocks=model.get("checkpoint_blocks", False),
+                   embed_init_std=model.get("embed_init_std"))
 
 
 class ClassificationModule(pl.LightningModule):
@@ -164,5 +165,5 @@ class ClassificationModule(pl.LightningModule):
         total = self.trainer.max_steps if self.trainer.max_steps > 0 else optim["warmup_steps"] + 1
         optimizer = torch.optim.AdamW(self.parameters(), lr=optim["lr"], betas=tuple(optim["betas"]),
                                       eps=optim["eps"], weight_decay=optim["weight_decay"])
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_multiplier(optim, total))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler(optimizer, optim, total),
+                                                         "interval": "step"}}

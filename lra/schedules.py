@@ -11,6 +11,10 @@
 - ``cosine`` (LRA JAX ``constant * linear_warmup * cosine_decay``): ``min(1, step / warmup) *
   max(0, (1 + cos(pi * (p mod 1))) / 2)`` with ``p = max(0, step - warmup) / cycle_steps``;
   ``task.optim.cycle_steps`` defaults to ``max_steps`` (the LRA image and Pathfinder configs).
+- ``onecycle`` (the Nystromformer port's LRA run_tasks.py: ``torch.optim.lr_scheduler.OneCycleLR`` with
+  ``pct_start = warmup / max_steps``, linear annealing and torch's defaults): from ``lr / 25`` up to ``lr`` at
+  step ``warmup - 1``, then linearly down to ``lr / 2.5e5`` at ``max_steps``, while Adam's beta1 cycles
+  0.95 -> 0.85 -> 0.95 (``cycle_momentum``; ``task.optim.cycle_momentum: false`` keeps ``betas``).
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ import math
 from functools import partial
 from typing import Any
 
-SCHEDULES = ("linear", "constant", "rsqrt", "cosine")
+import torch
+
+SCHEDULES = ("linear", "constant", "rsqrt", "cosine", "onecycle")
 
 
 def linear(step: int, warmup: int, total: int) -> float:
@@ -53,4 +59,19 @@ def lr_multiplier(optim: dict[str, Any], max_steps: int):
         return partial(rsqrt, warmup=warmup)
     if name == "cosine":
         return partial(cosine, warmup=warmup, cycle=max(1, int(optim.get("cycle_steps") or max_steps)))
+    if name == "onecycle":
+        if warmup >= max_steps:
+            raise ValueError(f"task.optim.schedule=onecycle needs warmup_steps ({warmup}) < max_steps ({max_steps})")
+        return None  # torch's OneCycleLR, built by `scheduler`
     raise ValueError(f"task.optim.schedule={name!r} is not a schedule; valid: {', '.join(SCHEDULES)}")
+
+
+def scheduler(optimizer: torch.optim.Optimizer, optim: dict[str, Any], max_steps: int):
+    """The per-step learning-rate scheduler ``task.optim`` asks for (``lr_multiplier`` for its multiplier)."""
+    multiplier = lr_multiplier(optim, max_steps)
+    if multiplier is not None:
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
+    warmup = max(1, int(optim["warmup_steps"]))
+    return torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=optim["lr"], total_steps=max_steps, pct_start=warmup / max_steps,
+        anneal_strategy="linear", cycle_momentum=bool(optim.get("cycle_momentum", True)))
