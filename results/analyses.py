@@ -7,7 +7,6 @@ record's ``keys``. Rows only one side has stay, blank on the other.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pandas as pd
 
 from data_prep.atomic import write_atomic
 from lra.record import ANALYSIS_KIND, AnalysisRecord
-from results.collect import analysis_problem, find_records
+from results.collect import MalformedRecord, analysis_problem, find_records, read_record
 from results.markdown import markdown_table
 from results.summary import load_reference
 
@@ -28,8 +27,8 @@ def find_analyses(roots: list[str | Path]) -> dict[str, tuple[Path, AnalysisReco
     newest: dict[str, tuple[Path, AnalysisRecord]] = {}
     for path in find_records(roots):
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            record = read_record(path)
+        except MalformedRecord:
             continue  # reported by results.collect
         if not isinstance(record, dict) or record.get("kind") != ANALYSIS_KIND or record.get("status") != "completed":
             continue

@@ -16,7 +16,8 @@ import pandas as pd
 
 from lra.config import CONF_DIR
 from lra.record import ANALYSIS_KIND, RECORD_NAME, REQUIRED_FIELDS, AnalysisRecord, RunRecord
-from results.protocol import UNCHECKED, config_drift, drift_message, has_protocol, reference_config
+from results.protocol import SECTIONS, UNCHECKED, config_drift, drift_message, has_protocol, reference_config
+from results.safe_read import UnsafeFile, read_limited
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 CLASSIC_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
@@ -27,6 +28,7 @@ COLUMNS = [
 ]
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # an analysis or published-table name: one plain file stem
 REFERENCE_DIR = Path(__file__).with_name("reference")
+MAX_SEED = 2**32 - 1  # the largest seed run.py accepts (numpy's)
 
 
 @dataclass(frozen=True)
@@ -54,11 +56,11 @@ def find_records(roots: list[str | Path]) -> list[Path]:
     found: dict[Path, Path] = {}
     for root in map(Path, roots):
         if root.is_file():
-            found.setdefault(root.resolve(), root)
+            found.setdefault(Path(os.path.realpath(root)), root)
         elif root.is_dir():
             under = [Path(dirpath) / RECORD_NAME for dirpath, _, names in os.walk(root) if RECORD_NAME in names]
             for path in sorted(under):
-                found.setdefault(path.resolve(), path)
+                found.setdefault(Path(os.path.realpath(path)), path)
     return list(found.values())
 
 
@@ -68,14 +70,58 @@ def run_identity(record: dict) -> tuple:
                                                       "finished_at"))
 
 
+def load_json(path: Path) -> object:
+    """The JSON value in ``path`` (a regular file below ``RECORD_LIMIT``); MalformedRecord otherwise."""
+    try:
+        return json.loads(read_limited(path))
+    except UnsafeFile as err:
+        raise MalformedRecord(f"not read: {err}") from None
+    except RecursionError:
+        raise MalformedRecord("unreadable JSON: nested too deeply") from None
+    except ValueError as err:  # JSONDecodeError, or an integer literal over Python's digit limit
+        raise MalformedRecord(f"unreadable JSON: {err}") from None
+
+
+def config_problem(config: object) -> str | None:
+    """Why a record's ``config`` cannot be compared with its protocol: not an object, or a section that is not."""
+    if config is None:
+        return None
+    if not isinstance(config, dict):
+        return f"config is {type(config).__name__}, expected an object"
+    for section in SECTIONS:
+        if config.get(section) is not None and not isinstance(config[section], dict):
+            return f"config.{section} is {type(config[section]).__name__}, expected an object"
+    return None
+
+
+def finite_number(value: object) -> bool:
+    """Whether ``value`` is an int or float that a float column holds finitely (not bool, nan, inf or 10**400)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
+def number_problem(record: dict) -> str | None:
+    """Why ``params``, ``wall_time_s`` or ``tokens_per_s`` cannot go in a table column (a number out of range)."""
+    for key in ("params", "wall_time_s", "tokens_per_s"):
+        value = record.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue  # null or text: an empty cell
+        if not finite_number(value) or (key == "params" and not 0 <= value < 2**63):
+            return f"{key}={first_line(value, 40)} is out of range"
+    return None
+
+
 def read_record(path: Path) -> RunRecord | AnalysisRecord:
     """Load one record and check its required fields; raise MalformedRecord otherwise."""
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise MalformedRecord(f"unreadable JSON: {err}") from err
+    record = load_json(path)
     if not isinstance(record, dict):
         raise MalformedRecord(f"top level is {type(record).__name__}, expected an object")
+    if problem := config_problem(record.get("config")):
+        raise MalformedRecord(problem)
     if record.get("kind") == ANALYSIS_KIND:
         return record  # an analysis record (analyses): tabulated by results.analyses, not here
     absent = [key for key in REQUIRED_FIELDS if record.get(key) in (None, "")]
@@ -83,10 +129,14 @@ def read_record(path: Path) -> RunRecord | AnalysisRecord:
         raise MalformedRecord(f"missing field(s): {', '.join(absent)}")
     try:
         record["seed"] = int(record["seed"])
-    except (TypeError, ValueError) as err:
-        raise MalformedRecord(f"seed is not an integer: {record['seed']!r}") from err
+    except (TypeError, ValueError, OverflowError) as err:
+        raise MalformedRecord(f"seed is not an integer: {first_line(record['seed'], 40)}") from err
+    if not 0 <= record["seed"] <= MAX_SEED:
+        raise MalformedRecord(f"seed={first_line(record['seed'], 40)} is outside [0, {MAX_SEED}]")
     if not isinstance(record.get("metrics") or {}, dict):
         raise MalformedRecord("metrics is not an object")
+    if problem := number_problem(record):
+        raise MalformedRecord(problem)
     return record
 
 
@@ -103,6 +153,8 @@ def analysis_problem(record: AnalysisRecord) -> str | None:
         value = record.get(field)
         if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             return f"{field} is not a list of strings"
+    if published is not None and not record.get("keys"):
+        return "published is set but keys (the columns to join the published table on) is missing or empty"
     if published is not None and (not isinstance(published, str) or not NAME.fullmatch(published)
                                   or not (REFERENCE_DIR / f"{published}.csv").is_file()):
         return f"published table {published!r} is not one of {REFERENCE_DIR}/*.csv"
@@ -134,8 +186,8 @@ def clean_metrics(metrics: dict) -> tuple[dict[str, float], list[str]]:
     """Split metrics into (finite numbers kept, complaints); `*_acc` must be a fraction in [0, 1]."""
     kept, complaints = {}, []
     for name, value in metrics.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            complaints.append(f"{name}={value!r} is not a finite number")
+        if not finite_number(value):
+            complaints.append(f"{name}={first_line(repr(value), 40)} is not a finite number")
         elif name.endswith("_acc") and not 0.0 <= value <= 1.0:
             complaints.append(f"{name}={value!r} is not a fraction in [0, 1]")
         else:

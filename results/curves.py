@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -9,6 +11,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+
+from results.collect import first_line  # noqa: E402
+from results.safe_read import CSV_LIMIT, UnsafeFile, read_limited  # noqa: E402
 
 METRICS_NAMES = ("csv/metrics.csv", "metrics.csv")  # a run folder (Lightning's CSVLogger), an archived run
 
@@ -19,17 +24,43 @@ def metrics_path(record_path: str | Path) -> Path | None:
     return next((folder / name for name in METRICS_NAMES if (folder / name).is_file()), None)
 
 
+def empty_curve() -> pd.DataFrame:
+    return pd.DataFrame({"step": pd.Series(dtype="int64"), "val_acc": pd.Series(dtype="float64")})
+
+
 def validation_curve(record_path: str | Path) -> pd.DataFrame:
-    """``step`` and ``val_acc`` (fraction) of every validation a run logged; empty when there is no file."""
+    """``step`` and ``val_acc`` (fraction) of every validation a run logged; empty when there is no file.
+
+    Raises ``ValueError`` naming the file for one that cannot be read as a curve: not a regular file below
+    ``CSV_LIMIT``, not CSV, or a validation row whose step is not an integer or whose accuracy is not a number.
+    """
     path = metrics_path(record_path)
     if path is None:
-        return pd.DataFrame({"step": pd.Series(dtype="int64"), "val_acc": pd.Series(dtype="float64")})
-    frame = pd.read_csv(path)
+        return empty_curve()
+    try:
+        frame = pd.read_csv(io.StringIO(read_limited(path, CSV_LIMIT)))
+    except (UnsafeFile, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+        raise ValueError(f"{path}: {first_line(err)}") from None
     if "val/acc" not in frame or "step" not in frame:
-        return pd.DataFrame({"step": pd.Series(dtype="int64"), "val_acc": pd.Series(dtype="float64")})
+        return empty_curve()
     rows = frame.dropna(subset=["val/acc"])
-    curve = pd.DataFrame({"step": rows["step"].astype("int64") + 1, "val_acc": rows["val/acc"].astype("float64")})
+    step, acc = pd.to_numeric(rows["step"], errors="coerce"), pd.to_numeric(rows["val/acc"], errors="coerce")
+    bad = rows[step.isna() | (step % 1 != 0) | (step.abs() >= 2**53) | acc.isna()]
+    if not bad.empty:
+        row = bad.iloc[0]
+        raise ValueError(f"{path}: a validation row has step={row['step']!r}, val/acc={row['val/acc']!r} "
+                         f"(an integer step and a number expected)")
+    curve = pd.DataFrame({"step": step.astype("int64") + 1, "val_acc": acc.astype("float64")})
     return curve.drop_duplicates("step", keep="last").reset_index(drop=True)
+
+
+def readable_curve(record_path: str | Path) -> pd.DataFrame:
+    """``validation_curve``, or an empty one with a warning on stderr when the file is not a readable curve."""
+    try:
+        return validation_curve(record_path)
+    except ValueError as err:
+        print(f"warning: learning curve left out: {err}", file=sys.stderr)
+        return empty_curve()
 
 
 def plot_learning_curves(long: pd.DataFrame, path: Path) -> bool:
@@ -38,7 +69,7 @@ def plot_learning_curves(long: pd.DataFrame, path: Path) -> bool:
     Returns False (and writes nothing) when no run has a ``metrics.csv``.
     """
     runs = long[(long["status"] == "completed")].drop_duplicates("path")
-    curves = [(run, validation_curve(run.path)) for run in runs.itertuples()]
+    curves = [(run, readable_curve(run.path)) for run in runs.itertuples()]
     curves = [(run, curve) for run, curve in curves if not curve.empty]
     if not curves:
         return False
