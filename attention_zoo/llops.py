@@ -46,13 +46,16 @@ class LLoPSAttention(nn.Module):
     """Learnable low-rank polynomial sketch attention (see module docstring)."""
 
     supports_causal = True
+    option_ranges = {"degree": ">= 1", "features": ">= 1", "rank": ">= 1", "linear_features": ">= 0", "eps": "> 0",
+                     "chunk_size": ">= 1"}
 
     def __init__(self, *, head_dim: int, num_heads: int, degree: int = 4, features: int = 64,
                  rank: int = 1, square: bool = True, constant: bool = False, linear_features: int = 0,
                  init: str = "random", eps: float = 1e-6, causal: bool = False, chunk_size: int = 256):
         super().__init__()
-        if degree < 1 or features < 1 or rank < 1 or linear_features < 0:
-            raise ValueError("llops needs degree >= 1, features >= 1, rank >= 1, linear_features >= 0")
+        if degree < 1 or features < 1 or rank < 1 or linear_features < 0 or not eps > 0 or chunk_size < 1:
+            raise ValueError("llops needs degree >= 1, features >= 1, rank >= 1, linear_features >= 0, eps > 0, "
+                             "chunk_size >= 1")
         if init not in ("random", "based"):
             raise ValueError(f"llops init must be 'random' or 'based', got {init!r}")
         self.degree, self.features, self.rank, self.square = degree, features, rank, square

@@ -1,21 +1,28 @@
 """Checks of a composed config that need nothing heavy (no torch): they run before the training stack loads.
 
-Invalid model settings, keys that ``+task.x=...`` or ``+model.x=...`` add but nothing reads, sweeper or
-launcher presets whose plugin is not installed, an experiment with no settings for the task and the old
-``experiment=<name>/<task>`` spelling are each one error naming the key and the fix.
+Invalid model, optimizer, seed, ``task.data.limit`` and attention settings (types and the ranges a mechanism
+declares, read from its source by ``lra.attention_options``), keys that ``+task.x=...`` or ``+model.x=...`` add
+but nothing reads, ``key=value`` on a key the config lacks, sweeper or launcher presets whose plugin is not
+installed, an experiment with no settings for the task and the old ``experiment=<name>/<task>`` spelling are each
+one error naming the key and the fix.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
+import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from .config import CONF_DIR
+from .attention_options import check_attention_options
+from .config import CONF_DIR, compose
 from .errors import UserError
 
 POOLINGS = ("mean", "cls", "none", "padded_mean")
+SPLITS = ("train", "val", "test")
+MAX_SEED = 2**32 - 1  # numpy's and Lightning's largest seed
 # keys the code reads with a default: a task config may lack them, so `+task.<key>=...` may add them
 OPTIONAL_KEYS = {
     "task": ("causal", "truncate"),
@@ -83,6 +90,51 @@ def check_task(task: dict[str, Any]) -> None:
                         f"task.batch_size={task['batch_size']} (each batch runs as that many equal parts)")
 
 
+def _number(section: dict[str, Any], name: str, low: float, *, strict: bool) -> float:
+    value = section.get(name)
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    if not ok or value < low or (strict and value == low):
+        raise UserError(f"{name}={value!r}: must be a finite number {'>' if strict else '>='} {low:g}")
+    return value
+
+
+def check_optim(optim: dict[str, Any]) -> None:
+    """Refuse optimizer settings AdamW or the schedule would reject or silently change (a negative warmup)."""
+    try:
+        _number(optim, "lr", 0, strict=True)
+        _number(optim, "weight_decay", 0, strict=False)
+        _number(optim, "eps", 0, strict=True)
+        _integer(optim, "warmup_steps", 0)
+        if optim.get("cycle_steps") is not None:
+            _integer(optim, "cycle_steps", 1)
+    except UserError as err:
+        raise UserError(f"task.optim.{err}") from None
+    betas = optim.get("betas")
+    if not (isinstance(betas, (list, tuple)) and len(betas) == 2
+            and all(not isinstance(b, bool) and isinstance(b, (int, float)) and 0 <= b < 1 for b in betas)):
+        raise UserError(f"task.optim.betas={betas!r}: must be two numbers in [0, 1), e.g. [0.9, 0.999]")
+
+
+def check_data_limit(limit: object) -> None:
+    """``task.data.limit``: null, or ``{split: count}`` with splits among train, val, test and counts >= 1."""
+    if limit is None:
+        return
+    if not isinstance(limit, dict):
+        raise UserError(f"task.data.limit={limit!r}: must be null or {{split: count}}, e.g. {{val: 1000}}")
+    for split, count in limit.items():
+        if split not in SPLITS:
+            raise UserError(f"task.data.limit.{split}: not a split; splits are {', '.join(SPLITS)}")
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+            raise UserError(f"task.data.limit.{split}={count!r}: must be null (the whole split) or an integer "
+                            f">= 1 (examples kept)")
+
+
+def check_seed(seed: object) -> None:
+    """The run seed: an integer numpy and Lightning accept."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise UserError(f"seed={seed!r}: must be an integer in [0, {MAX_SEED}]")
+
+
 def check_experiment(cfg: dict[str, Any], conf_dir: Path = CONF_DIR) -> None:
     """Refuse an experiment with per-task settings (``conf/experiment/<name>/``) that has none for this task:
     Hydra's optional include would skip them, and the run would be the full protocol under the experiment's tag."""
@@ -98,8 +150,12 @@ def check_experiment(cfg: dict[str, Any], conf_dir: Path = CONF_DIR) -> None:
 
 def check_config(cfg: dict[str, Any]) -> None:
     """Every check of a resolved config that needs no data and no torch."""
+    check_seed(cfg.get("seed"))
     check_model(cfg["model"])
     check_task(cfg["task"])
+    check_optim(cfg["task"]["optim"])
+    check_data_limit(cfg["task"].get("data", {}).get("limit"))
+    check_attention_options(cfg["attention"])
     check_experiment(cfg)
 
 
@@ -148,6 +204,51 @@ def old_experiment_spelling(argv: Iterable[str]) -> str | None:
         tasks = list(dict.fromkeys(v.split("/", 1)[1] for v in picked if "/" in v))
         return (f"{arg}: name the experiment and the task apart: experiment={','.join(names)} "
                 f"task={','.join(tasks)} (conf/experiment/README.md lists the experiments)")
+    return None
+
+
+def unknown_override(argv: Iterable[str], conf_dir: Path = CONF_DIR) -> str | None:
+    """The fix for ``key=value`` on a key the config lacks (``task.max_step=100``): Hydra's hint (``+key=value``)
+    would add a key nothing reads, so the closest valid keys are named instead. Keys the code reads with a
+    default (``OPTIONAL_KEYS``) are left to Hydra, whose ``+key=value`` hint is right for them."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides([a for a in argv if not a.startswith("-")])
+    except HydraException:
+        return None  # Hydra names a malformed override itself
+    plain = [o for o in parsed if not (o.is_add() or o.is_force_add() or o.is_delete()) and "." in o.key_or_group
+             and o.key_or_group.split(".")[0] != "hydra" and o.package is None]
+    if not plain:
+        return None
+    kept = [o.input_line for o in parsed if o not in plain and not o.is_sweep_override()]
+    try:
+        config = compose(kept, conf_dir)
+    except (HydraException, OmegaConfBaseException):
+        return None  # a bad group or value: Hydra's own message names it
+    for override in plain:
+        if problem := _missing_key(override.key_or_group, config):
+            return f"{override.input_line}: {problem}"
+    return None
+
+
+def _missing_key(key: str, config: dict[str, Any]) -> str | None:
+    """Why ``key`` is not in ``config``, with the closest valid keys; None when it is there (or optional)."""
+    parts, node = key.split("."), config
+    for depth, part in enumerate(parts):
+        where = ".".join(parts[:depth])
+        if not isinstance(node, dict) or part in OPTIONAL_KEYS.get(where, ()):
+            return None
+        if part in node:
+            node = node[part]
+            continue
+        close = difflib.get_close_matches(part, [*node, *OPTIONAL_KEYS.get(where, ())], n=3, cutoff=0.6)
+        prefix = f"{where}." if where else ""
+        guess = f"did you mean {' or '.join(prefix + c for c in close)}? " if close else ""
+        return (f"{where or 'the config'} has no key {part!r}; {guess}Valid keys under {where or 'the config'}: "
+                f"{', '.join(sorted(map(str, node)))} (+{key}=... would add a key nothing reads)")
     return None
 
 

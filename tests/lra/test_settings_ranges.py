@@ -1,0 +1,96 @@
+"""Settings outside their range (optimizer, seed, data limits, attention options) and keys the config lacks are
+refused by name before torch loads, with the valid range or the closest keys."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import attention_zoo
+from lra.attention_options import check_attention_options, declared
+from lra.checks import check_config, unknown_override
+from lra.config import CONF_DIR
+from lra.errors import UserError
+from tests.lra.conftest import ROOT, compose_config
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["task.optim.lr=nan"], "task.optim.lr=nan: must be a finite number > 0"),
+    (["task.optim.lr=-1"], "task.optim.lr=-1: must be a finite number > 0"),
+    (["task.optim.betas=[2,2]"], "task.optim.betas=[2, 2]: must be two numbers in [0, 1)"),
+    (["task.optim.warmup_steps=-5"], "task.optim.warmup_steps=-5: must be an integer >= 0"),
+    (["task.optim.eps=0"], "task.optim.eps=0: must be a finite number > 0"),
+    (["seed=-1"], "seed=-1: must be an integer in [0, 4294967295]"),
+    (["seed=4294967296"], "seed=4294967296: must be an integer in [0, 4294967295]"),
+    (["task.data.limit={val:-3}"], "task.data.limit.val=-3: must be null (the whole split) or an integer >= 1"),
+    (["task.data.limit={train:0}"], "task.data.limit.train=0: must be null"),
+    (["task.data.limit={test:abc}"], "task.data.limit.test='abc': must be null"),
+    (["task.data.limit={tset:5}"], "task.data.limit.tset: not a split; splits are train, val, test"),
+    (["attention=llops", "attention.eps=-1.0"], "attention.eps=-1.0: must be > 0 for attention=llops"),
+    (["attention=llops", "attention.degree=0"], "attention.degree=0: must be >= 1 for attention=llops"),
+    (["attention=llops", "attention.degree=abc"],
+     "attention.degree='abc': must be an integer like its default (degree=4) for attention=llops"),
+    (["attention=llops", "attention.square=3"], "attention.square=3: must be true or false"),
+    (["attention=llops", "+attention.degre=3"], "attention=llops has no option 'degre'; valid options: degree=4"),
+])
+def test_settings_out_of_range_are_refused_by_name(overrides, message):
+    with pytest.raises(UserError) as error:
+        check_config(compose_config(overrides))
+    assert message in str(error.value)
+
+
+def test_valid_settings_pass():
+    check_config(compose_config(["task.optim.warmup_steps=0", "task.data.limit={val:5,test:null}", "seed=4294967295",
+                                 "attention=llops", "attention.eps=1"]))
+
+
+def test_options_read_from_source_are_the_registry_options_and_every_attention_config_passes():
+    mechanisms = declared()
+    assert sorted(mechanisms) == attention_zoo.available()
+    for name in attention_zoo.available():
+        assert mechanisms[name][0] == attention_zoo.options(name), name
+    for path in sorted((CONF_DIR / "attention").glob("*.yaml")):
+        check_attention_options(compose_config([f"attention={path.stem}"])["attention"])
+
+
+def test_a_declared_range_is_what_the_constructor_refuses():
+    for name, (defaults, ranges) in declared().items():
+        for key, spec in ranges.items():
+            bound = float(spec.split()[1])
+            outside = bound - 1 if ">=" in spec else bound if ">" in spec else bound + 1
+            value = int(outside) if isinstance(defaults[key], int) else float(outside)
+            with pytest.raises(ValueError):
+                attention_zoo.build(name, head_dim=8, num_heads=2, max_len=16, **{key: value})
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["task.max_step=100"], "task.max_step=100: task has no key 'max_step'; did you mean task.max_steps"),
+    (["task=text", "task.optim.lrr=1"], "task.optim has no key 'lrr'; did you mean task.optim.lr?"),
+    (["model.dimm=3"], "did you mean model.dim?"),
+])
+def test_a_key_the_config_lacks_names_the_closest_keys_not_the_plus_spelling(argv, message):
+    assert message in unknown_override(argv)
+
+
+@pytest.mark.parametrize("argv", [["task.max_steps=10"], ["task.causal=true"], ["+task.max_step=1"],
+                                  ["task=listops,text", "task.optim.lr=1e-3"], ["hydra.job.chdir=true"]])
+def test_valid_or_optional_keys_and_additions_are_left_to_the_other_checks(argv):
+    assert unknown_override(argv) is None
+
+
+def test_run_py_refuses_these_before_importing_torch(tmp_path):
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('torch was imported')\n")
+    env = {**os.environ, "PYTHONPATH": f"{fake.parent}{os.pathsep}{ROOT}", "HYDRA_FULL_ERROR": "0"}
+    for args, message in ((["task.optim.lr=nan"], "error: task.optim.lr=nan: must be a finite number > 0"),
+                          (["attention=llops", "attention.degree=abc"], "must be an integer like its default"),
+                          (["attention=llops", "attention.eps=-1.0"], "attention.eps=-1.0: must be > 0"),
+                          (["task.max_step=100"], "did you mean task.max_steps")):
+        result = subprocess.run([sys.executable, str(ROOT / "run.py"), *args, f"hydra.run.dir={tmp_path / 'run'}"],
+                                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
+        assert "Traceback" not in result.stderr and "use +task" not in result.stderr
