@@ -64,11 +64,14 @@ NOTES = [
 
 def parse(argv: list[str]) -> tuple[dict, list[str], list[str]]:
     """Own settings, the attentions asked for, and the remaining Hydra overrides."""
+    if any(word in ("-h", "--help") for word in argv):
+        print(__doc__.strip())
+        raise SystemExit(0)
     own, overrides, attentions = dict(OWN), [], ["softmax"]
     for word in argv:
         key, sep, value = word.partition("=")
         if not sep:
-            raise SystemExit(f"microscope: expected key=value, got {word!r}")
+            raise SystemExit(f"microscope: expected key=value, got {word!r} (--help lists the keys)")
         if key in own:
             own[key] = type(OWN[key])(value) if OWN[key] is not None else value
         elif key == "attention":

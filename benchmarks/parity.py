@@ -320,7 +320,7 @@ def seconds(pair: Pair, x: Tensor, repeats: int, warmup: int = 1) -> tuple[float
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.parity", description=__doc__.split("\n")[0])
     parser.add_argument("--names", nargs="*", help="registry names (default: every case)")
     parser.add_argument("--lengths", nargs="*", type=int, default=[2048, 4096])
     parser.add_argument("--batch", type=int, default=4)
