@@ -36,6 +36,14 @@ def fail(path: Path | str, problem: str, rebuild_cmd: str) -> DataError:
     return DataError(f"{path}: {problem}. Rebuild it with: {rebuild_cmd}")
 
 
+def require_examples(split: str, count: int, source: Path | str, command: str) -> None:
+    """Refuse to write a split with no examples (a run could not validate, train or test on it), naming the
+    source it came from."""
+    if count < 1:
+        raise DataError(f"{source}: gives {count} {split} examples; every split needs at least one. Supply a "
+                        f"source with {split} examples, then run: {command}")
+
+
 def manifest_path(task_dir: Path) -> Path:
     """Path of the manifest of the task prepared in ``task_dir``."""
     return Path(task_dir) / MANIFEST_NAME
@@ -131,6 +139,8 @@ def write_split(
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.size != offsets.size - 1 or not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"labels must be 1-D integers, one per sequence ({offsets.size - 1})")
+    if labels.size == 0:
+        raise ValueError(f"split {split!r} has no examples; every split needs at least one")
     lengths = np.diff(offsets)
     entry = write_arrays(
         task_dir,

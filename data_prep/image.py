@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from data_prep import safe_pickle
-from data_prep.compact import DataError, fail, write_manifest, write_split
+from data_prep.compact import DataError, fail, require_examples, write_manifest, write_split
 from data_prep.staging import staged_task_dir
 
 TASK = "image"
@@ -102,6 +102,8 @@ def convert(source: Path, out: Path, *, log: Callable[[str], None] = print) -> P
         "val": (train_x[cut:], train_y[cut:]),
         "test": (test_x, test_y),
     }
+    for split, (_, y) in parts.items():
+        require_examples(split, len(y), folder, command)
     source_info = {
         "import": "CIFAR-10 python batches",
         "path": str(folder.resolve()),

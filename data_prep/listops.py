@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep.compact import fail, write_manifest, write_split
+from data_prep.compact import fail, require_examples, write_manifest, write_split
 from data_prep.listops_tsv import (  # noqa: F401  (re-exported: the TSV form is part of the ListOps API)
     DIGIT_ID,
     END_ID,
@@ -222,6 +222,9 @@ def generate(
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
     sizes = {"train": train, "val": val, "test": test}
+    for split, count in sizes.items():
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"--{split} (examples in the {split} split) must be an integer >= 1, got {count!r}")
     rules = dict(min_length=min_length, max_length=max_length, max_depth=max_depth, max_args=max_args)
     command = generate_command(out, fmt, **sizes, **rules, seed=seed)
     tokens, offsets, labels, drawn = sample_trees(sum(sizes.values()), **rules, seed=seed, log=log)
@@ -272,6 +275,7 @@ def import_tsv(source_dir: Path, out: Path, *, log: Callable[[str], None] = prin
         entries = {}
         for split, path in paths.items():
             sequences, labels = read_tsv(path, command)
+            require_examples(split, labels.size, path, command)
             entries[split] = write_split(stage, split, sequences, labels, len(VOCAB))
             log(f"listops: imported {labels.size} {split} trees from {path}")
         source = {"import": "LRA release TSV", "path": str(source_dir.resolve())}

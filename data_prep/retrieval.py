@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from data_prep.byte_tokens import VOCAB, BytePacker
-from data_prep.compact import DataError, fail, pack_sequences, write_arrays, write_manifest
+from data_prep.compact import DataError, fail, pack_sequences, require_examples, write_arrays, write_manifest
 from data_prep.staging import staged_task_dir
 
 TASK = "retrieval"
@@ -87,6 +87,8 @@ def read_pairs(path: Path, max_length: int, command: str) -> tuple[BytePacker, B
 def write_pair_split(task_dir: Path, split: str, first: BytePacker, second: BytePacker,
                      labels: np.ndarray) -> dict:
     """Write one split's two documents and labels; returns its manifest entry."""
+    if labels.size == 0:
+        raise ValueError(f"split {split!r} has no pairs; every split needs at least one")
     tokens, offsets = pack_sequences(first.packed(), len(VOCAB))
     tokens2, offsets2 = pack_sequences(second.packed(), len(VOCAB))
     arrays = {"tokens": tokens, "offsets": offsets, "tokens2": tokens2, "offsets2": offsets2, "labels": labels}
@@ -112,6 +114,8 @@ def convert(source: Path, out: Path, *, max_length: int = MAX_LENGTH,
     folder = find_tsv_dir(source)
     command = prepare_command(out, source, max_length)
     read = {split: read_pairs(folder / name, max_length, command) for split, name in SPLIT_FILES.items()}
+    for split, (_, _, labels) in read.items():
+        require_examples(split, labels.size, folder / SPLIT_FILES[split], command)
     source_info = {"import": "LRA release AAN TSV", "path": str(folder.resolve()), "max_length": max_length,
                    "tokens": "UTF-8 bytes, id = byte + 1 (tfds ByteTextEncoder)"}
     task_dir = Path(out) / TASK

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from data_prep.byte_tokens import VOCAB, BytePacker
-from data_prep.compact import DataError, inside, write_manifest, write_split
+from data_prep.compact import DataError, inside, require_examples, write_manifest, write_split
 from data_prep.staging import staged_task_dir
 
 TASK = "text"
@@ -145,6 +145,9 @@ def convert(source: Path, out: Path, *, max_length: int = MAX_LENGTH, val_fracti
         "val": [read["train"][i] for i in val_idx],
         "test": read["test"],
     }
+    for split, examples in parts.items():  # val: --val-fraction of train, rounded
+        require_examples(split, len(examples), f"{folder} (--val-fraction {val_fraction} of {len(read['train'])} "
+                                               f"train reviews)", command)
     source_info = {
         "import": f"IMDB ({'aclImdb folders' if layout == 'aclimdb' else 'stanfordnlp/imdb parquet'})",
         "path": str(folder.resolve()),

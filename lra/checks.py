@@ -84,6 +84,14 @@ def check_task(task: dict[str, Any]) -> None:
             _integer(task, name, 1)
         except UserError as err:
             raise UserError(f"task.{err}") from None
+    generate = (task.get("data") or {}).get("generate") or {}
+    for name, low in (("train", 1), ("val", 1), ("test", 1), ("count", 10)):
+        if name in generate:
+            try:
+                _integer(generate, name, low)
+            except UserError as err:
+                what = "examples in that split" if low == 1 else "examples, split 80/10/10"
+                raise UserError(f"task.data.generate.{err} ({what})") from None
     micro = task.get("micro_batches", 1)
     if isinstance(micro, bool) or not isinstance(micro, int) or micro < 1 or task["batch_size"] % micro:
         raise UserError(f"task.micro_batches={micro!r}: must be a positive integer that divides "

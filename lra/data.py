@@ -123,6 +123,7 @@ class CompactDataModule(pl.LightningDataModule):
                 self.data[split] = load_split(self.task_dir, split, rebuild_cmd=self.rebuild_command())
         except DataError as err:
             raise UserError(str(err)) from None
+        self.check_not_empty()
         for split, count in (self.task["data"].get("limit") or {}).items():
             if split not in self.data:
                 raise UserError(f"task.data.limit names split {split!r}; splits are {', '.join(self.splits)}")
@@ -133,6 +134,15 @@ class CompactDataModule(pl.LightningDataModule):
             raise UserError(f"{self.task_dir}: data has {self.num_classes} classes but task.num_classes is "
                             f"{self.task['num_classes']}. Rebuild it with: {self.rebuild_command()}")
         self.check_lengths()
+
+    def check_not_empty(self) -> None:
+        """A split without examples cannot train, select a checkpoint (val) or be tested: refused by file."""
+        for split, data in self.data.items():
+            if not len(data):
+                file = self.task_dir / self.manifest()["splits"][split]["file"]
+                use = {"train": "train", "val": "select a checkpoint"}.get(split, "test")
+                raise UserError(f"{file}: the {split} split has no examples, so the run could not {use}. "
+                                f"Prepare the data again with: {self.rebuild_command()}")
 
     def check_lengths(self) -> None:
         """Sequences longer than ``task.max_len`` are cut only when ``task.truncate`` says so, and then logged."""
