@@ -84,14 +84,17 @@ def check_task(task: dict[str, Any]) -> None:
             _integer(task, name, 1)
         except UserError as err:
             raise UserError(f"task.{err}") from None
-    generate = (task.get("data") or {}).get("generate") or {}
-    for name, low in (("train", 1), ("val", 1), ("test", 1), ("count", 10)):
-        if name in generate:
+    data = task.get("data") or {}
+    sizes = [("task.data.generate", data.get("generate") or {}, name, low)
+             for name, low in (("train", 1), ("val", 1), ("test", 1), ("count", 10))]
+    sizes += [("task.data", data, split, 1) for split in SPLITS]  # tasks made in memory (ar)
+    for where, section, name, low in sizes:
+        if name in section:
             try:
-                _integer(generate, name, low)
+                _integer(section, name, low)
             except UserError as err:
                 what = "examples in that split" if low == 1 else "examples, split 80/10/10"
-                raise UserError(f"task.data.generate.{err} ({what})") from None
+                raise UserError(f"{where}.{err} ({what})") from None
     micro = task.get("micro_batches", 1)
     if isinstance(micro, bool) or not isinstance(micro, int) or micro < 1 or task["batch_size"] % micro:
         raise UserError(f"task.micro_batches={micro!r}: must be a positive integer that divides "
