@@ -22,6 +22,7 @@ from .errors import UserError
 
 POOLINGS = ("mean", "cls", "none", "padded_mean")
 SPLITS = ("train", "val", "test")
+CHECKED_SECTIONS = ("task", "model", "attention")  # sections where an added key is refused (nothing reads it)
 MAX_SEED = 2**32 - 1  # numpy's and Lightning's largest seed
 # keys the code reads with a default: a task config may lack them, so `+task.<key>=...` may add them
 OPTIONAL_KEYS = {
@@ -221,7 +222,8 @@ def old_experiment_spelling(argv: Iterable[str]) -> str | None:
 def unknown_override(argv: Iterable[str], conf_dir: Path = CONF_DIR) -> str | None:
     """The fix for ``key=value`` on a key the config lacks (``task.max_step=100``): Hydra's hint (``+key=value``)
     would add a key nothing reads, so the closest valid keys are named instead. Keys the code reads with a
-    default (``OPTIONAL_KEYS``) are left to Hydra, whose ``+key=value`` hint is right for them."""
+    default (``OPTIONAL_KEYS``) and sections that take new keys (``trainer``: any Lightning Trainer argument) are
+    left to Hydra, whose ``+key=value`` hint is right for them."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -231,7 +233,7 @@ def unknown_override(argv: Iterable[str], conf_dir: Path = CONF_DIR) -> str | No
     except HydraException:
         return None  # Hydra names a malformed override itself
     plain = [o for o in parsed if not (o.is_add() or o.is_force_add() or o.is_delete()) and "." in o.key_or_group
-             and o.key_or_group.split(".")[0] != "hydra" and o.package is None]
+             and o.key_or_group.split(".")[0] in CHECKED_SECTIONS and o.package is None]
     if not plain:
         return None
     kept = [o.input_line for o in parsed if o not in plain and not o.is_sweep_override()]

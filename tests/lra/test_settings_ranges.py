@@ -76,7 +76,8 @@ def test_a_key_the_config_lacks_names_the_closest_keys_not_the_plus_spelling(arg
 
 
 @pytest.mark.parametrize("argv", [["task.max_steps=10"], ["task.causal=true"], ["+task.max_step=1"],
-                                  ["task=listops,text", "task.optim.lr=1e-3"], ["hydra.job.chdir=true"]])
+                                  ["task=listops,text", "task.optim.lr=1e-3"], ["hydra.job.chdir=true"],
+                                  ["trainer.max_epochs=3"]])
 def test_valid_or_optional_keys_and_additions_are_left_to_the_other_checks(argv):
     assert unknown_override(argv) is None
 
