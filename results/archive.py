@@ -3,41 +3,76 @@
 Checkpoints stay behind; `result.json` and the learning curve (`csv/metrics.csv`, stored as `metrics.csv`) are
 copied to `results/runs/<path of the run folder below outputs/>/`, so the committed tables and curves can be
 rebuilt on a fresh clone (`python -m results --committed`). Only completed runs are archived.
+
+The destination is built from name parts that are each one plain folder name (a record's task, attention or
+tag of `..` or `/etc` is refused) and must stay under `--to` once links are resolved. Files are read only when
+they are regular files (never through a link) and written atomically, never through a link, so a failed or cut
+write (a full disk, `ulimit -f`) leaves an earlier archive whole.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import shutil
+import os
 import sys
 from pathlib import Path
 
-from results.curves import metrics_path
+from data_prep.atomic import atomic_output, read_regular
+from results.curves import METRICS_NAMES
 
 COMMITTED_RUNS = Path(__file__).resolve().parent / "runs"
 
 
+def name_part(value: object, field: str) -> str:
+    """`value` as one folder name; ValueError naming `field` for `..`, `.`, an empty or absolute name or a `/`."""
+    text = str(value)
+    if text in ("", ".", "..") or "/" in text or "\0" in text or (os.sep != "/" and os.sep in text):
+        raise ValueError(f"{field} {text!r} is not a plain folder name, so the archive path would leave the "
+                         f"destination; fix the record's {field} (or archive the run from below an outputs/ folder)")
+    return text
+
+
 def archive_path(run_dir: Path, record: dict, dest_root: Path) -> Path:
-    """Where a run folder goes: its path below an `outputs` folder, else task/attention/seed/tag."""
+    """Where a run folder goes: its path below an `outputs` folder, else task/attention/seed/tag; always a folder
+    under `dest_root` (ValueError otherwise)."""
     parts = run_dir.resolve().parts
     if "outputs" in parts:
-        below = parts[len(parts) - parts[::-1].index("outputs"):]
-        return dest_root.joinpath(*below)
-    return dest_root / record["task"] / record["attention"] / f"seed{record['seed']}" / str(record.get("tag"))
+        below = [name_part(part, "folder name") for part in parts[len(parts) - parts[::-1].index("outputs"):]]
+    else:
+        seed = record["seed"]
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed {seed!r} is not an integer; fix the record's seed")
+        below = [name_part(record["task"], "task"), name_part(record["attention"], "attention"), f"seed{seed}",
+                 name_part(record.get("tag"), "tag")]
+    if not below:
+        raise ValueError(f"{run_dir} is an outputs folder itself, not a run folder below it")
+    dest = dest_root.joinpath(*below)
+    root = dest_root.resolve()
+    if not dest.resolve().is_relative_to(root):
+        raise ValueError(f"{dest} leads outside {root} (through a link); archive into a folder without links")
+    return dest
+
+
+def metrics_file(run_dir: Path) -> Path | None:
+    """The run's `metrics.csv` (as `results.curves` finds it), a link or FIFO there included; None when absent."""
+    return next((run_dir / name for name in METRICS_NAMES if os.path.lexists(run_dir / name)), None)
 
 
 def archive(run_dir: Path, dest_root: Path = COMMITTED_RUNS) -> Path:
     """Copy one completed run's record and metrics; returns the destination folder."""
     record_file = run_dir / "result.json"
-    record = json.loads(record_file.read_text(encoding="utf-8"))
-    if record.get("status") != "completed":
-        raise ValueError(f"{record_file}: status {record.get('status')!r}; only completed runs are archived")
+    record_bytes = read_regular(record_file)
+    record = json.loads(record_bytes)
+    if not isinstance(record, dict) or record.get("status") != "completed":
+        status = record.get("status") if isinstance(record, dict) else None
+        raise ValueError(f"{record_file}: status {status!r}; only completed runs are archived")
     dest = archive_path(run_dir, record, dest_root)
-    dest.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(record_file, dest / "result.json")
-    if (metrics := metrics_path(record_file)) is not None:
-        shutil.copyfile(metrics, dest / "metrics.csv")
+    metrics = metrics_file(run_dir)
+    files = {"result.json": record_bytes, **({"metrics.csv": read_regular(metrics)} if metrics else {})}
+    for name, data in files.items():  # everything is read (and a link refused) before anything is written
+        with atomic_output(dest / name) as f:
+            f.write(data)
     return dest
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import shutil
 from pathlib import Path
 
 import pandas as pd
 
+from data_prep.atomic import copy_atomic
 from results.analyses import PUBLISHED, analysis_table, find_analyses, format_value, load_published
 from results.collect import Problem
 from results.html_template import esc, figure, inline, number, table, text
@@ -118,7 +118,7 @@ def analysis_figure(name: str, record_path: Path, out: Path, images: Path) -> tu
     for found in (COMMITTED_TABLES / f"{name}.png", record_path.parent / f"{name}.png"):
         if found.is_file():
             copy = images / f"analysis-{name}.png"
-            shutil.copyfile(found, copy)
+            copy_atomic(found, copy)  # never read through a link (LinkRefused names it)
             return f"{images.name}/{copy.name}", copy
     return None, None
 

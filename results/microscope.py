@@ -7,13 +7,12 @@ error, one column per size). The figures written beside the record are copied ne
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pandas as pd
 
 from results.analyses import format_value
-from results.atomic import write_atomic
+from results.atomic import copy_atomic, write_atomic
 from results.markdown import markdown_table
 
 NAME = "microscope"
@@ -96,7 +95,7 @@ def write_microscope_tables(record: dict, out: str | Path, record_path: Path | N
         if source is not None and source.is_file():
             out.mkdir(parents=True, exist_ok=True)
             if source.resolve() != (out / name).resolve():
-                shutil.copyfile(source, out / name)
+                copy_atomic(source, out / name)  # never read through a link (LinkRefused names it)
             written.append(out / name)
         if (out / name).is_file():
             figures.append(name)
