@@ -1,20 +1,62 @@
-"""Checkpoints that belong to their run folder: paths rebased when the folder moved, a bad ``last.ckpt`` named.
+"""Checkpoints that belong to their run folder: written whole or not at all, never through a link, paths rebased
+when the folder moved, a bad ``last.ckpt`` named.
 
+Lightning writes a checkpoint to a temporary file elsewhere (fsspec's, in the system's temp folder) and copies
+it across file systems, so a full disk left ``last.ckpt`` torn; ``RunFolderCheckpointIO`` writes a temporary
+file beside it and renames it over (``data_prep.atomic``), so a failed write leaves the previous file whole.
 Lightning keeps the best checkpoint's absolute path in ``last.ckpt``; when the run folder is moved or copied,
 it restores that path but not its score, so a resumed run would test (or fail to find) the old folder's file.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import torch
+from lightning_fabric.plugins import TorchCheckpointIO
 from pytorch_lightning.callbacks import ModelCheckpoint
 
+from data_prep.atomic import LinkRefused, atomic_output, refuse_link
+
+from .disk import disk_full, full_disk_error
 from .errors import UserError
 
 PATH_KEYS = ("best_model_path", "kth_best_model_path", "last_model_path")
+
+
+def not_a_link(path: Path) -> None:
+    """UserError naming ``path`` when it is a symbolic link (a run's files are regular files)."""
+    try:
+        refuse_link(path)
+    except LinkRefused as err:
+        raise UserError(str(err)) from None
+
+
+class RunFolderCheckpointIO(TorchCheckpointIO):
+    """``TorchCheckpointIO`` that writes atomically in the checkpoint's own folder and opens no link."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options")
+        path = Path(path)
+        not_a_link(path)
+        try:
+            with atomic_output(path) as f:
+                torch.save(checkpoint, f)
+        except OSError as err:
+            if full_disk_error(err) is None:
+                raise
+            raise disk_full(path.parent, path.name) from None
+
+    def load_checkpoint(self, path, map_location: Any = lambda storage, loc: storage,
+                        weights_only: bool | None = None) -> dict[str, Any]:
+        path = Path(path)
+        not_a_link(path)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            return torch.load(f, map_location=map_location, weights_only=weights_only)
 
 
 def rebased(state: dict[str, Any], dirpath: str) -> dict[str, Any]:
@@ -43,7 +85,9 @@ class RunFolderCheckpoint(ModelCheckpoint):
 
 
 def resume_step(path: Path) -> int:
-    """The global step ``last.ckpt`` resumes from; a truncated or corrupt file is a UserError saying what to do."""
+    """The global step ``last.ckpt`` resumes from; a truncated or corrupt file is a UserError saying what to do,
+    a link one naming it."""
+    not_a_link(path)
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         return int(checkpoint["global_step"])

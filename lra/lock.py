@@ -1,7 +1,8 @@
 """One run per folder: ``run.lock``, held with ``flock`` while a run trains and tests in that folder.
 
 The kernel drops the lock when its process ends, however it ends, so a lock file left by a killed run
-never blocks the rerun; the file only says who holds it.
+never blocks the rerun; the file only says who holds it. The file is never opened through a symbolic link
+(a link there is refused by name).
 """
 
 from __future__ import annotations
@@ -21,18 +22,31 @@ LOCK_NAME = "run.lock"
 
 
 def holder(path: Path) -> str:
-    """Who the lock file says holds it, for the message."""
+    """Who the lock file says holds it, for the message (read without following a link)."""
     try:
-        info = json.loads(path.read_text())
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            info = json.loads(f.read(4096))
         return f"pid {info['pid']} on {info['host']}, started {info['started']}"
     except (OSError, ValueError, KeyError, TypeError):
         return "another process"
 
 
+def open_lock_file(path: Path) -> int:
+    """``os.open`` of the lock file, created if absent, never through a link: a link is a UserError naming it."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError:
+        if os.path.islink(path):
+            raise UserError(f"{path} is a symbolic link (to {os.readlink(path)}): the run's lock file is never opened "
+                            f"through a link; remove it (rm {path}) and rerun") from None
+        raise
+
+
 def acquire(path: Path) -> int:
     """An open descriptor of ``path`` holding its exclusive lock; UserError while another process holds it."""
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        fd = open_lock_file(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -41,7 +55,7 @@ def acquire(path: Path) -> int:
                             f"both write its checkpoints and metrics.csv. Wait for that run to end (or stop it), "
                             f"then rerun this command.") from None
         with contextlib.suppress(FileNotFoundError):
-            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+            if os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
                 return fd
         os.close(fd)  # the holder removed the file as we opened it: lock the new one
 

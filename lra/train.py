@@ -22,8 +22,9 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from .allocator import reuse_freed_memory
 from .callbacks import CheckpointOnPreemption, StopOnDivergence, ValidationProgress, stop_signal
-from .checkpoints import RunFolderCheckpoint, resume_step
+from .checkpoints import RunFolderCheckpoint, RunFolderCheckpointIO, not_a_link, resume_step
 from .checks import check_config
+from .disk import disk_full, full_disk_error
 from .errors import Diverged, UserError
 from .lock import run_folder_lock
 from .loggers import ResumableCSVLogger
@@ -124,7 +125,8 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     if cfg["checkpoint"]["save_last"]:  # Lightning's save_last only follows improvements; this is every validation
         callbacks.append(RunFolderCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, save_top_k=1,
                                              enable_version_counter=False))
-    trainer = pl.Trainer(**trainer_args(cfg), callbacks=callbacks, logger=loggers, default_root_dir=run_dir)
+    trainer = pl.Trainer(**trainer_args(cfg), callbacks=callbacks, logger=loggers, default_root_dir=run_dir,
+                         plugins=[RunFolderCheckpointIO()])
     if resume:
         log.info("resuming from %s (step %d)", resume, start_step)
     trainer.fit(model, datamodule=datamodule, ckpt_path=str(resume) if resume else None, weights_only=True)
@@ -150,6 +152,7 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 
 RUN_OUTPUTS = (RECORD_NAME, "checkpoints", "csv", "tensorboard")
+RUN_FILES = (RECORD_NAME, "checkpoints/last.ckpt", "csv/metrics.csv")  # written in place by a run: never links
 
 
 def set_aside(run_dir: Path) -> Path:
@@ -162,16 +165,19 @@ def set_aside(run_dir: Path) -> Path:
     return dest
 
 
-def run(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+def run(cfg: dict[str, Any], run_dir: Path, *, locked: bool = False) -> dict[str, Any]:
     """One run: the record is written atomically whether it completes, fails, diverges or is interrupted.
 
     The run holds ``<run_dir>/run.lock`` (rank zero): a second run started in the same folder stops at once.
+    ``locked``: the caller holds it already (``run.py`` takes it before Hydra writes into the folder).
     A run folder whose record says ``completed`` is left alone and its record returned with
     ``already_completed`` set; ``rerun=true`` moves its outputs aside and trains again.
     """
     run_dir = Path(run_dir)
-    lock = run_folder_lock(run_dir) if rank_zero_only.rank == 0 else contextlib.nullcontext()
+    lock = run_folder_lock(run_dir) if rank_zero_only.rank == 0 and not locked else contextlib.nullcontext()
     with lock:
+        for name in RUN_FILES:
+            not_a_link(run_dir / name)
         if (previous := completed_record(run_dir)) is not None:
             if not cfg.get("rerun"):
                 return {**previous, "already_completed": True}
@@ -209,6 +215,10 @@ def train_and_record(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         record["error"] = "stopped at once by Ctrl-C: rerun the same command to resume from the last validation"
         raise KeyboardInterrupt from None
     except BaseException as err:
+        if full_disk_error(err) is not None:  # a logger's or Lightning's own write: one line, not a traceback
+            full = disk_full(run_dir, "the run's logs or checkpoints")
+            record["error"] = str(full)
+            raise full from None
         record["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
         raise
     finally:
@@ -216,5 +226,15 @@ def train_and_record(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         record["wall_time_s"] = time.perf_counter() - start + record.get("earlier_segments_s", 0.0)
         record["finished_at"] = now()
         if rank_zero_only.rank == 0:  # one record per run, also under DDP
-            write_json_atomic(run_dir / RECORD_NAME, record)
+            write_record(run_dir, record)
     return record
+
+
+def write_record(run_dir: Path, record: dict[str, Any]) -> None:
+    """Write ``result.json``; on a full disk, a ``DiskFull`` saying so (the previous record stays whole)."""
+    try:
+        write_json_atomic(run_dir / RECORD_NAME, record)
+    except OSError as err:
+        if full_disk_error(err) is None:
+            raise
+        raise disk_full(run_dir, f"{RECORD_NAME} (status {record['status']})") from None

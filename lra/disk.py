@@ -1,0 +1,50 @@
+"""A full disk said in one line: the folder being written, its file system and free space, and the way on."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path
+
+from .errors import UserError
+
+FULL = (errno.ENOSPC, errno.EDQUOT)  # no space left, disk quota exceeded
+
+
+class DiskFull(UserError):
+    """A write failed because the disk (or the quota) holding the run folder is full."""
+
+
+def full_disk_error(error: BaseException | None) -> OSError | None:
+    """The ENOSPC/EDQUOT ``OSError`` behind ``error`` (itself, its cause or its context), else None.
+
+    Libraries wrap it: TensorBoard's logger raises ``ValueError("you tried to log ...")`` from it."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError) and error.errno in FULL:
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def mount_point(path: Path) -> Path:
+    """The mount point of the file system holding ``path`` (its nearest existing folder)."""
+    path = Path(os.path.abspath(path))
+    while not path.exists():
+        path = path.parent
+    while not os.path.ismount(path):
+        path = path.parent
+    return path
+
+
+def disk_full(folder: Path, writing: str) -> DiskFull:
+    """The one-line error for a full disk under ``folder`` while writing ``writing``."""
+    mount = mount_point(folder)
+    try:
+        free = f", {shutil.disk_usage(mount).free / 2**20:,.0f} MiB free"
+    except OSError:
+        free = ""
+    return DiskFull(f"no space left on the disk holding {folder} (file system {mount}{free}) while writing "
+                    f"{writing}: free space there, then rerun the same command to resume from the last checkpoint")
