@@ -13,33 +13,17 @@ import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-import lra.hydra_hooks  # noqa: F401  (registers the run-folder resolver used by conf/config.yaml)
-from lra.checks import check_added_keys, check_config, missing_plugin, old_experiment_spelling, unknown_override
+from lra.checks import missing_plugin, old_experiment_spelling, unknown_override
 from lra.errors import Diverged, UserError
-from lra.record import record_refusal
+from lra.hydra_hooks import check_settings, holds_lock, note_job  # also registers the resolver conf/ uses
 
 log = logging.getLogger("run")
-
-
-def added_keys_reference(overrides: list[str]) -> tuple[list[str], dict[str, Any] | None]:
-    """The keys ``+key=...``/``++key=...`` add, and the config composed without those overrides."""
-    from hydra import compose
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    added = [o.key_or_group for o in parsed if o.is_add() or o.is_force_add()]
-    if not any(key.split(".")[0] in ("task", "model") for key in added) or not GlobalHydra.instance().is_initialized():
-        return added, None
-    kept = [o.input_line for o in parsed if not (o.is_add() or o.is_force_add())]
-    return added, OmegaConf.to_container(compose(config_name="config", overrides=kept), resolve=False)
 
 
 def to_log_file(message: str) -> None:
@@ -69,13 +53,10 @@ def main(cfg: DictConfig) -> float | None:
     run_dir = Path(hydra_cfg.runtime.output_dir)
     sweeping = hydra_cfg.mode == RunMode.MULTIRUN
     config = OmegaConf.to_container(cfg, resolve=True)
-    try:
-        added, reference = added_keys_reference(list(hydra_cfg.overrides.task))
-        if reference is not None:
-            check_added_keys(added, reference)
-        check_config(config)
-    except UserError as err:  # refused before the training stack loads
-        record_refusal(config, run_dir, str(err))
+    try:  # a single run was checked before Hydra wrote anything (lra.hydra_hooks); a sweep's job is checked here
+        check_settings(config, list(hydra_cfg.overrides.task))
+    except UserError as err:  # refused before the training stack loads; no record: the folder may be another run's
+        note_job("refused")
         report(f"error: {err}", error=True)
         if sweeping:
             return None
@@ -88,19 +69,22 @@ def main(cfg: DictConfig) -> float | None:
     from lra.train import run
 
     try:
-        record = run(config, run_dir)
+        record = run(config, run_dir, locked=holds_lock(run_dir))
     except UserError as err:
+        note_job("failed")
         report(f"error: {err}", error=True)
         if sweeping:  # the failed record is written; let the other jobs of the sweep run
             return None
         sys.exit(2)
     except Diverged as err:
+        note_job("diverged")
         report(f"diverged: {err}\nrecord: {run_dir / 'result.json'} (status: diverged)", error=True)
         if sweeping:
             return None
         sys.exit(1)
     except SIGTERMException as err:
         signum = stop_signal(err)
+        note_job("interrupted")
         by = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
         report(f"interrupted by {by}: last.ckpt saved in {run_dir / 'checkpoints'}; rerun the same command to "
                f"resume:\n  {rerun_command()}", error=True)
@@ -117,6 +101,7 @@ def main(cfg: DictConfig) -> float | None:
         log.exception("job failed; its result.json says status=failed, the sweep goes on")
         return None
     m = record["metrics"]
+    note_job("already completed" if record.get("already_completed") else "completed")
     if rank_zero_only.rank != 0:
         return m["val_acc"]
     if record.get("already_completed"):

@@ -14,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, TypedDict
 
-from data_prep.atomic import atomic_output
+from data_prep.atomic import atomic_output, read_regular
 
 PACKAGES = ("torch", "pytorch-lightning", "hydra-core", "omegaconf", "torchmetrics", "numpy", "pandas")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -92,19 +92,12 @@ def new_record(cfg: dict[str, Any], run_dir: Path) -> RunRecord:
 
 
 def completed_record(run_dir: Path) -> RunRecord | None:
-    """The run folder's record when it says the run completed, else None."""
+    """The run folder's record when it says the run completed, else None (also for a link or a FIFO there)."""
     try:
-        record = json.loads((Path(run_dir) / RECORD_NAME).read_text())
+        record = json.loads(read_regular(Path(run_dir) / RECORD_NAME))
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) and record.get("status") == "completed" else None
-
-
-def record_refusal(cfg: dict[str, Any], run_dir: Path, error: str) -> None:
-    """A ``failed`` record for a run refused before it started (a completed record is never replaced)."""
-    if completed_record(run_dir) is None:
-        write_json_atomic(Path(run_dir) / RECORD_NAME,
-                          {**new_record(cfg, run_dir), "error": error, "wall_time_s": 0.0, "finished_at": now()})
 
 
 def git_sha(repo: Path) -> str | None:
@@ -131,6 +124,7 @@ def package_versions() -> dict[str, str]:
 
 
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    """Write ``payload`` as indented JSON with sorted keys, atomically (``data_prep.atomic``)."""
+    """Write ``payload`` as indented JSON with sorted keys, atomically (``data_prep.atomic``); a link at ``path`` is
+    refused (``LinkRefused``), never written through."""
     with atomic_output(path, "w") as f:
         json.dump(payload, f, indent=2, sort_keys=True, default=str)

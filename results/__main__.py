@@ -21,6 +21,7 @@ from pathlib import Path
 
 from data_prep.atomic import write_atomic
 from results.analyses import find_analyses, write_analysis_tables
+from results.atomic import LinkRefused, check_output_folder
 from results.collect import collect
 from results.html import write_site
 from results.latex import to_latex
@@ -63,6 +64,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Collect, summarize, write the tables and plots and print the markdown; always exits 0 unless I/O fails."""
     args = parse_args(argv)
+    try:
+        check_output_folder(args.out)
+    except OSError as err:  # a read-only folder, a link where a table or plot goes
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     for root in [r for r in args.roots if not Path(r).exists()]:
         print(f"warning: {root} does not exist", file=sys.stderr)
     for name, (path, record) in find_analyses(args.roots).items():
@@ -103,4 +109,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except LinkRefused as err:  # a figure to copy onto the page is a link
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)

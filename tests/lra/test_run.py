@@ -119,15 +119,18 @@ def test_corrupt_data_names_the_file_and_the_rebuild_command(tiny_data_dir, tmp_
     assert "Traceback" not in result.stderr
 
 
-def test_a_failing_sweep_job_is_recorded_and_does_not_stop_the_others(tiny_data_dir, tmp_path):
+def test_a_failing_sweep_job_does_not_stop_the_others_and_the_sweep_ends_listing_it_with_exit_1(tiny_data_dir,
+                                                                                                  tmp_path):
     result = run_py("-m", "attention=softmax", "model.heads=3,2", "experiment=quick", "trainer=debug",
                     f"data_dir={tiny_data_dir}", *TINY, f"hydra.sweep.dir={tmp_path}",
                     "hydra.sweep.subdir=job${hydra.job.num}", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-2000:]
-    failed = json.loads((tmp_path / "job0" / "result.json").read_text())
-    completed = json.loads((tmp_path / "job1" / "result.json").read_text())
-    assert failed["status"] == "failed" and "not divisible by model.heads=3" in failed["error"]
-    assert completed["status"] == "completed"
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "not divisible by model.heads=3" in result.stderr
+    assert not (tmp_path / "job0" / "result.json").exists()  # refused by the settings check: no record
+    assert json.loads((tmp_path / "job1" / "result.json").read_text())["status"] == "completed"
+    summary = result.stdout[result.stdout.index("sweep: 2 job(s), 1 completed, 1 not"):].splitlines()
+    assert [line.split() for line in summary[1:]] == [["refused", str(tmp_path / "job0")],
+                                                      ["completed", str(tmp_path / "job1")]]
 
 
 def test_ddp_with_two_cpu_processes_writes_one_record(tiny_data_dir, tmp_path):
