@@ -23,6 +23,7 @@ from data_prep.atomic import write_atomic
 from results.analyses import find_analyses, write_analysis_tables
 from results.atomic import LinkRefused, check_output_folder
 from results.collect import collect
+from results.escapes import add_escapes
 from results.html import write_site
 from results.latex import to_latex
 from results.markdown import to_markdown
@@ -30,6 +31,7 @@ from results.microscope import NAME as MICROSCOPE
 from results.microscope import write_microscope_tables
 from results.plots import write_plots
 from results.protocol import protocol_notes
+from results.rules import read_rules
 from results.summary import DEFAULT_REFERENCES, REFERENCES, add_published, load_reference, summarize
 
 COMMITTED_ROOT, COMMITTED_OUT = "results/runs", "results/tables"
@@ -90,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         for problem in problems:
             print(f"  {problem.kind}: {problem.path}: {problem.message}")
         return 0
-    summary = summarize(long)
+    summary = add_escapes(summarize(long, read_rules(args.roots)), long)
     names = list(REFERENCES) if "all" in (args.reference or []) else list(dict.fromkeys(args.reference or []))
     frames = {name: load_reference(name) for name in names or DEFAULT_REFERENCES}
     references = {REFERENCES[name]: frame for name, frame in frames.items()}

@@ -22,7 +22,8 @@ from results.html_template import Cell, esc, figure, inline, number, page, table
 from results.markdown import attention_order, format_cell, format_delta, reading_notes, shown_tasks, tag_notes
 from results.plots_extra import plot_accuracy_vs_length, plot_accuracy_vs_throughput, sequence_lengths
 from results.protocol import DEFAULT_TAG, FROM_CONF, MOST_COMMON, UNCHECKED, experiment_for, protocol_notes
-from results.summary import AVERAGE, MAJORITY, REFERENCES, add_published, best_flags, follows, shown_beside
+from results.summary import (AVERAGE, REFERENCE_ROWS, REFERENCES, add_published, best_flags, follows, is_reference,
+                             shown_beside)
 
 PAGE, IMAGES = "index.html", "index_files"
 OWN_IMAGE = re.compile(r"(run|throughput)-[0-9a-f]{12}\.png|length\.png|analysis-[A-Za-z0-9][A-Za-z0-9_.-]*\.png")
@@ -84,7 +85,7 @@ def task_table(tag: str, task: str, wide: pd.DataFrame, best: pd.DataFrame, long
                frames: dict[str, pd.DataFrame]) -> str:
     """One (tag, task) table: our attentions with a value, in the markdown's row order; majority class below."""
     references = {REFERENCES.get(stem, stem): frame for stem, frame in frames.items()}
-    ours = wide[(wide["attention"] != MAJORITY) & wide[f"{task}_mean"].notna()].set_index("attention")
+    ours = wide[~is_reference(wide["attention"]) & wide[f"{task}_mean"].notna()].set_index("attention")
     shown = shown_references(tag, task, frames)
     per_task = task != AVERAGE
     header = [("attention", "text"), ("test accuracy (%)", "number")] + ([("seeds", "number")] if per_task else [])
@@ -97,7 +98,7 @@ def task_table(tag: str, task: str, wide: pd.DataFrame, best: pd.DataFrame, long
     for attention in attention_order(ours.index, references):
         row = ours.loc[attention]
         mean, n = row[f"{task}_mean"], (row[f"{task}_n"] if per_task else None)
-        cells = [text(attention), number(format_cell(mean, row[f"{task}_std"], n), mean,
+        cells = [text(attention), number(format_cell(mean, row[f"{task}_std"], n, row.get(f"{task}_escaped")), mean,
                                          "best" if best.loc[attention, f"{task}_mean"] else "")]
         if per_task:
             cells.append(number(str(int(n)), n))
@@ -114,10 +115,10 @@ def task_table(tag: str, task: str, wide: pd.DataFrame, best: pd.DataFrame, long
                       number("" if params[0] is None else f"{int(params[0]):,}", params[0]), run_links(runs)]
         rows.append(cells)
     foot = []
-    majority = wide[wide["attention"] == MAJORITY]
-    if not majority.empty and pd.notna(majority.iloc[0][f"{task}_mean"]):
-        value = majority.iloc[0][f"{task}_mean"]
-        foot.append([text("majority class"), number(format_cell(value), value)] + [Cell("")] * (len(header) - 2))
+    for _, row in wide[is_reference(wide["attention"]) & wide[f"{task}_mean"].notna()].iterrows():
+        value = row[f"{task}_mean"]
+        foot.append([text(REFERENCE_ROWS[row["attention"]]), number(format_cell(value), value)]
+                    + [Cell("")] * (len(header) - 2))
     return table(table_id(tag, task), header, rows, foot)
 
 

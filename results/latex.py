@@ -8,7 +8,7 @@ import pandas as pd
 
 from results.markdown import attention_order, shown_tasks
 from results.protocol import DEFAULT_TAG
-from results.summary import AVERAGE, MAJORITY, best_flags, shown_beside
+from results.summary import AVERAGE, REFERENCE_ROWS, best_flags, is_reference, shown_beside
 
 TITLES = {"listops": "ListOps", "text": "Text", "retrieval": "Retrieval", "image": "Image",
           "pathfinder": "Pathfinder", "pathx": "Path-X", AVERAGE: "Avg."}
@@ -47,7 +47,7 @@ def tag_tabular(tag: str, summary: pd.DataFrame, references: dict[str, pd.DataFr
     """One tag's `table` float: caption, label and a booktabs tabular of our cells and published rows."""
     tasks = shown_tasks(summary)
     best = best_flags(summary).set_index(summary["attention"])
-    ours = summary["attention"] != MAJORITY
+    ours = ~is_reference(summary["attention"])
     caption = (f"Long Range Arena test accuracy (\\%), tag \\texttt{{{escape(tag)}}}: mean $\\pm$ sample std over "
                f"seeds ({seed_range(summary[ours], tasks)}); best of ours in bold.")
     if tag != DEFAULT_TAG:
@@ -61,7 +61,7 @@ def tag_tabular(tag: str, summary: pd.DataFrame, references: dict[str, pd.DataFr
         cells = [latex_cell(row[f"{t}_mean"], row[f"{t}_std"], best.loc[attention, f"{t}_mean"]) for t in tasks]
         lines.append(row_line([escape(row["attention"]), *cells]))
     for _, row in summary[~ours].iterrows():
-        lines.append(row_line(["majority class", *(latex_cell(row[f"{task}_mean"]) for task in tasks)]))
+        lines.append(row_line([REFERENCE_ROWS[row["attention"]], *(latex_cell(row[f"{task}_mean"]) for task in tasks)]))
     for label, frame in references.items():
         if not shown_beside(tag, frame):
             continue

@@ -7,19 +7,26 @@ import math
 import pandas as pd
 
 from results.collect import CLASSIC_TASKS, UNTAGGED, Problem
+from results.escapes import ESCAPE_AT, escape_steps
 from results.protocol import DEFAULT_TAG, TRAINER_KEYS
-from results.summary import AVERAGE, MAJORITY, best_flags, follows, shown_beside
+from results.summary import AVERAGE, REFERENCE_ROWS, best_flags, follows, is_reference, shown_beside
+
+QUICK_TAG = "quick"  # a pipeline check: its section gets no runs table
 
 
-def format_cell(mean, std=math.nan, n=None) -> str:
-    """"48.20 ± 0.57 (n=2)"; one seed gives "48.20 (n=1)"; no n gives "48.20"; NaN gives ""."""
+def format_cell(mean, std=math.nan, n=None, escaped=None) -> str:
+    """"48.20 ± 0.57 (n=2)"; one seed gives "48.20 (n=1)"; no n gives "48.20"; NaN gives "".
+
+    With several seeds and a count of escaped runs (`results.escapes`): "18.90 ± 0.35 (n=3, escaped 1/3)".
+    """
     if pd.isna(mean):
         return ""
     text = f"{mean:.2f}"
     if not pd.isna(std):
         text += f" ± {std:.2f}"
     if n is not None and not pd.isna(n):
-        text += f" (n={int(n)})"
+        several = int(n) > 1 and escaped is not None and not pd.isna(escaped)
+        text += f" (n={int(n)}, escaped {int(escaped)}/{int(n)})" if several else f" (n={int(n)})"
     return text
 
 
@@ -37,7 +44,7 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 def shown_tasks(summary: pd.DataFrame) -> list[str]:
     """Tasks (and `average`) with at least one value of ours in this tag, in summary column order."""
-    ours = summary[summary["attention"] != MAJORITY]
+    ours = summary[~is_reference(summary["attention"])]
     tasks = [column[: -len("_mean")] for column in summary.columns if column.endswith("_mean")]
     return [task for task in tasks if ours[f"{task}_mean"].notna().any()]
 
@@ -73,8 +80,8 @@ def tag_table(tag: str, summary: pd.DataFrame, references: dict[str, pd.DataFram
     deltas = {label: follows(tag, frame) for label, frame in references.items()}
     columns = shown_tasks(summary)
     best = best_flags(summary).set_index(summary["attention"])
-    ours = summary[summary["attention"] != MAJORITY].set_index("attention")
-    majority = summary[summary["attention"] == MAJORITY]
+    ours = summary[~is_reference(summary["attention"])].set_index("attention")
+    references_rows = summary[is_reference(summary["attention"])]
     header = ["attention"]
     for task in columns:
         header.append(task)
@@ -93,7 +100,8 @@ def tag_table(tag: str, summary: pd.DataFrame, references: dict[str, pd.DataFram
             mean = math.nan if mine is None else mine[f"{task}_mean"]
             if mine is not None:
                 n = None if task == AVERAGE else mine[f"{task}_n"]
-                row.append(bold(format_cell(mean, mine[f"{task}_std"], n), best.loc[attention, f"{task}_mean"]))
+                escaped = mine.get(f"{task}_escaped")
+                row.append(bold(format_cell(mean, mine[f"{task}_std"], n, escaped), best.loc[attention, f"{task}_mean"]))
             else:
                 row.append("")
             for label, frame in references.items():
@@ -101,9 +109,8 @@ def tag_table(tag: str, summary: pd.DataFrame, references: dict[str, pd.DataFram
                     published = frame[task].get(attention, math.nan)
                     row += [format_cell(published)] + ([format_delta(mean - published)] if deltas[label] else [])
         rows.append(row)
-    if not majority.empty:
-        first = majority.iloc[0]
-        row = ["majority class"]
+    for _, first in references_rows.iterrows():
+        row = [REFERENCE_ROWS[first["attention"]]]
         for task in columns:
             row.append(format_cell(first[f"{task}_mean"]))
             row += [""] * sum((1 + deltas[label]) * (task in frame.columns) for label, frame in references.items())
@@ -117,16 +124,22 @@ def format_hours(seconds) -> str:
 
 
 def runs_table(long: pd.DataFrame) -> str:
-    """One row per completed run: test and best validation accuracy, wall time, training tokens/s, git sha."""
+    """One row per completed run: test and best validation accuracy, the step it escaped the plateau at (tasks of
+    `results.escapes.ESCAPE_AT`: "never" when it did not), wall time, training tokens/s, git sha."""
     done = long[long["status"] == "completed"]
     values = done.pivot_table(index="path", columns="metric", values="value", aggfunc="first")
+    steps = escape_steps(done).set_index("path")["escape_step"]
+    with_escape = done["task"].isin(list(ESCAPE_AT)).any()
     rows = []
-    for run in done.drop_duplicates("path").itertuples():
+    for run in done.drop_duplicates("path").sort_values(["attention", "task", "seed"], kind="stable").itertuples():
         metric = values.loc[run.path] if run.path in values.index else pd.Series(dtype="float64")
+        escape = [] if not with_escape else [
+            "" if run.path not in steps.index else ("never" if pd.isna(steps[run.path]) else f"{steps[run.path]:,}")]
         rows.append([run.attention, run.task, str(run.seed), format_cell(100 * metric.get("test_acc", math.nan)),
-                     format_cell(100 * metric.get("val_acc", math.nan)), format_hours(run.wall_time_s),
+                     format_cell(100 * metric.get("val_acc", math.nan)), *escape, format_hours(run.wall_time_s),
                      "" if pd.isna(run.tokens_per_s) else f"{run.tokens_per_s:,.0f}", str(run.git_sha or "")[:7]])
-    header = ["attention", "task", "seed", "test acc", "val acc", "wall time", "train tokens/s", "git sha"]
+    header = ["attention", "task", "seed", "test acc", "val acc", *(["escape step"] if with_escape else []),
+              "wall time", "train tokens/s", "git sha"]
     return markdown_table(header, rows)
 
 
@@ -148,10 +161,12 @@ def reading_notes(references: dict[str, pd.DataFrame]) -> str:
         f"`{AVERAGE}` = mean of the {classic} means, only when all five are present.",
         "**Bold** = the highest mean of our attentions in that column (at the shown decimals; ties all bold).",
         "`Δ (paper)` = ours − published, in accuracy points, printed only where our runs follow that table's "
-        "protocol (tag `default` = the PyTorch-port protocol beside the Nystromformer and Skyformer ports; tag "
-        "`lra_original` beside the LRA paper). Tables of a protocol of their own (the LLoPS paper's) are shown beside "
-        "`default` without a delta.",
-        "`majority class` = accuracy of always predicting the test set's most frequent class.",
+        "protocol (tag `default` = the PyTorch-port protocol beside the Nystromformer port; tag `skyformer_port` = its "
+        "50,000-step protocol beside the Skyformer port; tag `lra_original` beside the LRA paper). Tables of another "
+        "protocol (the LLoPS paper's; the Skyformer port's 50,000 steps) are shown beside `default` without a delta.",
+        "`majority class` = accuracy of always predicting the test set's most frequent class. `root-operator rule` "
+        "(ListOps) = accuracy of predicting, per root operator, the label most frequent among training trees with "
+        "that root (`python -m results.rules`): a model at that level has found the root operator and nothing more.",
         "Text (IMDB) has no validation split: the checkpoint is chosen on a held-out slice of train.",
         *(f"`({label})`: {(frame.attrs.get('source') or 'published numbers').rstrip('.')}."
           for label, frame in references.items()),
@@ -166,14 +181,14 @@ def reading_notes(references: dict[str, pd.DataFrame]) -> str:
 def tag_notes(tag: str, summary: pd.DataFrame) -> list[str]:
     """Under one tag's table: a warning unless it is the full protocol, and the classic tasks not run."""
     lines = []
-    if tag == "quick":
+    if tag == QUICK_TAG:
         lines.append("**Pipeline check at reduced scale** (ListOps lengths 50-200, 1.5k steps on a CPU): it shows "
                      "that every attention trains, not how they rank; no published number is comparable.")
     elif tag != DEFAULT_TAG:
         tagged = "carry no `tag`" if tag == UNTAGGED else f"are tagged `{tag}`, not `{DEFAULT_TAG}`"
         lines.append(f"These runs {tagged}: a published table is shown beside them only when it follows the "
                      f"same protocol.")
-    for _, row in summary[summary["attention"] != MAJORITY].iterrows():
+    for _, row in summary[~is_reference(summary["attention"])].iterrows():
         absent = [task for task in CLASSIC_TASKS if pd.isna(row[f"{task}_mean"])]
         if absent:
             lines.append(f"Missing for `{row['attention']}` (no completed run): {', '.join(absent)}.")
@@ -197,7 +212,7 @@ def to_markdown(summary: pd.DataFrame, problems: list[Problem], references: dict
         lines = tag_notes(tag, mine) + (notes or {}).get(tag, [])
         if lines:
             parts.append("\n".join(f"- {line}" for line in lines))
-        if long is not None and tag == DEFAULT_TAG and (long["tag"] == tag).any():
+        if long is not None and tag != QUICK_TAG and (long["tag"] == tag).any():
             parts += ["Runs (wall time: training, validation and test, summed over resumed segments; tokens/s: "
                       "real (unpadded) training tokens per second of fitting, validation passes included):",
                       runs_table(long[long["tag"] == tag])]

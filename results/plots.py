@@ -13,13 +13,13 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from results.curves import plot_learning_curves  # noqa: E402
-from results.summary import MAJORITY, task_order  # noqa: E402
+from results.summary import MAJORITY, is_reference, task_order  # noqa: E402
 
 
 def plot_accuracy(summary: pd.DataFrame, path: Path) -> None:
     """Grouped bars: test accuracy (mean, std as error bar) per task, one bar per attention; majority dashed."""
     tasks = [t for t in task_order([]) if f"{t}_mean" in summary and summary[f"{t}_mean"].notna().any()]
-    ours = summary[summary["attention"] != MAJORITY]
+    ours = summary[~is_reference(summary["attention"])]
     majority = summary[summary["attention"] == MAJORITY]
     width = 0.8 / max(1, len(ours))
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(tasks) * max(1, len(ours)) ** 0.5 + 3), 4.5))

@@ -13,7 +13,7 @@ import pandas as pd  # noqa: E402
 
 from results.curves import plot_learning_curves  # noqa: E402
 from results.protocol import compose_protocol  # noqa: E402
-from results.summary import MAJORITY, task_order  # noqa: E402
+from results.summary import is_reference, task_order  # noqa: E402
 
 MARKERS = "osD^vP*X"
 
@@ -84,7 +84,7 @@ def plot_accuracy_vs_length(summary: pd.DataFrame, lengths: dict[tuple[str, str]
 
     Drawn only for tasks whose runs come at two or more lengths; returns False (and writes nothing) otherwise.
     """
-    ours = summary[summary["attention"] != MAJORITY]
+    ours = summary[~is_reference(summary["attention"])]
     tasks = [task for task in task_order({task for _, task in lengths})
              if len({length for (_, t), length in lengths.items() if t == task}) > 1]
     if not tasks:

@@ -11,6 +11,9 @@ from results.collect import CLASSIC_TASKS, TASKS
 
 REFERENCE_DIR = Path(__file__).parent / "reference"
 MAJORITY = "(majority class)"
+# rows below our attentions that no model earns, and their label in the tables: the test set's majority class
+# (every run records it) and the rules of `results.rules` (row "(<rule>)")
+REFERENCE_ROWS = {MAJORITY: "majority class", "(root-operator rule)": "root-operator rule"}
 AVERAGE = "average"
 STATS = ("mean", "std", "n")
 REFERENCES = {  # file stem -> column label
@@ -21,8 +24,11 @@ REFERENCES = {  # file stem -> column label
 # None: a protocol of its own (shown beside the full-protocol runs for context, never subtracted)
 PROTOCOLS = {
     "lra_llops_table": None, "lra_paper": "lra_original", "nystromformer_port": "default",
-    "skyformer_port": "default", "xformers_port": None,  # xFormers: pre-norm GELU, 10k ListOps steps
+    "skyformer_port": "skyformer_port",  # 50,000 steps, 3 seeds: conf/experiment/skyformer_port
+    "xformers_port": None,  # xFormers: pre-norm GELU, 10k ListOps steps
 }
+# tables with a protocol of their own that are also shown beside `default`, for context, without a delta
+CONTEXT_BESIDE_DEFAULT = ("skyformer_port",)
 DEFAULT_REFERENCES = ("nystromformer_port", "skyformer_port", "lra_llops_table")
 FULL_PROTOCOL_TAG = "default"
 DISPLAY_DECIMALS = 2
@@ -39,18 +45,30 @@ def cell_stats(values: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return grouped.agg(mean="mean", std=lambda s: s.std(ddof=1), n="count").reset_index()
 
 
-def summarize(long: pd.DataFrame) -> pd.DataFrame:
+def is_reference(attention: pd.Series) -> pd.Series:
+    """True on the reference rows (`REFERENCE_ROWS`), False on our attentions."""
+    return attention.isin(list(REFERENCE_ROWS))
+
+
+def summarize(long: pd.DataFrame, rules: pd.DataFrame | None = None) -> pd.DataFrame:
     """Wide summary, one row per (tag, attention): `<task>_mean`, `<task>_std`, `<task>_n` in percent.
 
     Only completed runs count; each cell is test accuracy over seeds. Every LRA task has its three
     columns (NaN/blank when no run), so the csv layout is stable. `average_mean` is the mean of the
     five classic task means, only when all five are present; `average_n` is their smallest n and
-    `average_std` is left blank. A `(majority class)` row per tag holds the mean majority-class accuracy.
+    `average_std` is left blank. A `(majority class)` row per tag holds the mean majority-class accuracy, and
+    `rules` (`results.rules.read_rules`: tag, task, rule, value) a `(<rule>)` row per tag that has runs of its task.
     """
     done = long[long["status"] == "completed"].assign(value=lambda d: d["value"] * 100.0)
     ours = cell_stats(done[done["metric"] == "test_acc"], ["tag", "attention", "task"])
     majority = cell_stats(done[done["metric"] == "majority_acc"], ["tag", "task"]).assign(attention=MAJORITY)
-    cells = pd.concat([ours, majority], ignore_index=True)
+    cells = [ours, majority]
+    if rules is not None and not rules.empty:
+        ran = set(zip(done["tag"], done["task"]))
+        mine = rules[[(tag, task) in ran for tag, task in zip(rules["tag"], rules["task"])]]
+        mine = mine.assign(value=mine["value"] * 100.0, attention="(" + mine["rule"] + ")")
+        cells.append(cell_stats(mine, ["tag", "attention", "task"]))
+    cells = pd.concat([c for c in cells if not c.empty] or [ours], ignore_index=True)
     tasks = task_order(long["task"].unique())
     columns = [f"{task}_{stat}" for task in tasks for stat in STATS]
     if cells.empty:
@@ -69,8 +87,7 @@ def summarize(long: pd.DataFrame) -> pd.DataFrame:
     wide["average_std"] = np.nan
     classic_n = wide[[f"{task}_n" for task in CLASSIC_TASKS]]
     wide["average_n"] = classic_n.min(axis=1).where(complete).astype("Int64")
-    is_majority = wide["attention"] == MAJORITY
-    wide = wide.assign(_last=is_majority).sort_values(["tag", "_last", "attention"], kind="stable")
+    wide = wide.assign(_last=is_reference(wide["attention"])).sort_values(["tag", "_last", "attention"], kind="stable")
     return wide.drop(columns="_last").reset_index(drop=True)
 
 
@@ -87,6 +104,7 @@ def load_reference(name: str = "lra_llops_table", index: str | None = "method") 
     frame = frame.set_index(index) if index else frame
     frame.attrs["source"] = source
     frame.attrs["protocol"] = PROTOCOLS.get(name)
+    frame.attrs["beside_default"] = PROTOCOLS.get(name) is None or name in CONTEXT_BESIDE_DEFAULT
     return frame
 
 
@@ -98,17 +116,18 @@ def follows(tag: str, frame: pd.DataFrame) -> bool:
 
 def shown_beside(tag: str, frame: pd.DataFrame) -> bool:
     """Whether the published table `frame` is shown in `tag`'s section: its own protocol's runs, and the
-    full-protocol runs for tables of a protocol of their own (then without a delta)."""
-    return follows(tag, frame) or (tag == FULL_PROTOCOL_TAG and frame.attrs.get("protocol") is None)
+    full-protocol runs for tables of a protocol of their own or in `CONTEXT_BESIDE_DEFAULT` (then without a delta)."""
+    beside_default = frame.attrs.get("beside_default", frame.attrs.get("protocol") is None)
+    return follows(tag, frame) or (tag == FULL_PROTOCOL_TAG and bool(beside_default))
 
 
 def best_flags(summary: pd.DataFrame) -> pd.DataFrame:
     """True where a `<task>_mean` is its tag's highest among our attentions at the shown 2 decimals (ties: all).
 
-    The majority-class row is never best. Columns: the summary's `*_mean` columns; index: the summary's.
+    The reference rows (majority class, rules) are never best. Columns: the summary's `*_mean` columns; index: the summary's.
     """
     means = summary[[column for column in summary.columns if column.endswith("_mean")]].round(DISPLAY_DECIMALS)
-    ours = summary["attention"] != MAJORITY
+    ours = ~is_reference(summary["attention"])
     top = means.where(ours, axis=0).groupby(summary["tag"]).transform("max")
     return means.eq(top).where(ours, axis=0, other=False).astype(bool)
 
@@ -117,7 +136,7 @@ def add_published(summary: pd.DataFrame, references: dict[str, pd.DataFrame]) ->
     """Append `<task>_<name>` (published, %) and `<task>_delta_<name>` (ours − published) per reference table.
 
     `references` maps a file stem to its `load_reference` frame; only tasks (and `average`) both sides have get
-    columns; the majority-class row stays blank. The published value is filled on rows whose tag is shown
+    columns; the reference rows stay blank. The published value is filled on rows whose tag is shown
     beside that table, the delta only on rows whose tag follows its protocol (`follows`).
     """
     extra = {}
@@ -126,7 +145,7 @@ def add_published(summary: pd.DataFrame, references: dict[str, pd.DataFrame]) ->
         shown = summary["tag"].map({tag: shown_beside(tag, frame) for tag in summary["tag"].unique()}).astype(bool)
         same_protocol = summary["tag"].map({tag: follows(tag, frame) for tag in summary["tag"].unique()}).astype(bool)
         for task in [task for task in tasks if task in frame.columns]:
-            values = summary["attention"].map(frame[task]).where(summary["attention"] != MAJORITY).astype("float64")
+            values = summary["attention"].map(frame[task]).where(~is_reference(summary["attention"])).astype("float64")
             extra[f"{task}_{name}"] = values.where(shown)
             extra[f"{task}_delta_{name}"] = (summary[f"{task}_mean"] - values).where(same_protocol)
     return pd.concat([summary, pd.DataFrame(extra, index=summary.index)], axis=1)

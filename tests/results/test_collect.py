@@ -94,11 +94,14 @@ def test_average_only_with_all_five_tasks(tmp_path):
     write_record(tmp_path, "listops", "llops", 0, 0.5, tag="default")
     summary = summarize(collect([tmp_path])[0])
     assert cell(summary, "default", "softmax", "average_mean") == pytest.approx(60.0)
-    references = {"LLoPS paper": load_reference(), "Skyformer port": load_reference("skyformer_port")}
+    references = {"LLoPS paper": load_reference(), "Skyformer port": load_reference("skyformer_port"),
+                  "Nystromformer port": load_reference("nystromformer_port")}
     rows = table_cells(section(to_markdown(summary, [], references), "default"))
     assert rows["softmax"]["average"] == "**60.00**" and rows["softmax"]["average (LLoPS paper)"] == "69.90"
     assert "average Δ (LLoPS paper)" not in rows["softmax"]  # its own protocol: shown, never subtracted
-    assert rows["softmax"]["average Δ (Skyformer port)"] == "+2.63"  # the port protocol is ours (tag default)
+    assert rows["softmax"]["average (Skyformer port)"] == "57.37"  # 50,000 steps: context, no delta
+    assert "average Δ (Skyformer port)" not in rows["softmax"]
+    assert rows["softmax"]["average Δ (Nystromformer port)"] == "+1.23"  # the port protocol is ours (tag default)
     assert rows["llops"]["average"] == "" and rows["llops"]["average (LLoPS paper)"] == "67.16"
     assert cell(summary, "default", "softmax", "average_n") == 1
     assert math.isnan(cell(summary, "default", "llops", "average_mean"))

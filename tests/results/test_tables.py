@@ -78,7 +78,8 @@ def test_add_published_columns(summary):
     assert quick.filter(like="_lra_").isna().all() and quick.filter(like="_skyformer_port").isna().all()
     row = wide[(wide["tag"] == "default") & (wide["attention"] == "softmax")].iloc[0]
     assert row["listops_lra_llops_table"] == pytest.approx(48.49) and math.isnan(row["listops_delta_lra_llops_table"])
-    assert row["listops_delta_skyformer_port"] == pytest.approx(24.0 - 38.37)
+    assert row["listops_skyformer_port"] == pytest.approx(38.37)  # shown beside default for context
+    assert math.isnan(row["listops_delta_skyformer_port"])  # 50,000 steps: its own protocol, skyformer_port
     assert math.isnan(row["listops_lra_paper"]) and math.isnan(row["listops_delta_lra_paper"])  # JAX protocol
     assert math.isnan(row["text_delta_skyformer_port"])  # published, but we have no text run
     assert "pathx_lra_llops_table" not in wide and "pathx_lra_paper" in wide  # only tasks a table reports
@@ -130,7 +131,8 @@ def test_main_writes_latex_and_delta_csv(tmp_path, capsys):
     assert main([str(tmp_path / "runs"), "--out", str(out), "--reference", "all"]) == 0
     wide = pd.read_csv(out / "lra.csv")
     row = wide[wide["attention"] == "softmax"].iloc[0]
-    assert row["listops_delta_skyformer_port"] == pytest.approx(40.0 - 38.37)
+    assert math.isnan(row["listops_delta_skyformer_port"]) and row["listops_skyformer_port"] == pytest.approx(38.37)
+    assert row["listops_delta_nystromformer_port"] == pytest.approx(40.0 - 37.10)
     assert row["listops_xformers_port"] == pytest.approx(37.5) and math.isnan(row["listops_delta_xformers_port"])
     assert r"\emph{Skyformer port}" in (out / "lra.tex").read_text()
     assert "listops Δ (Nystromformer port)" in capsys.readouterr().out

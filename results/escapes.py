@@ -1,0 +1,50 @@
+"""Escapes from a plateau: the first validation at which a run's accuracy reaches its task's threshold.
+
+On ListOps a Transformer either stays at the majority-class plateau (~17-20%) or leaves it for the
+root-operator level (~35-37%, `results.rules`); which one happens varies with the seed, so a mean over seeds says
+little without the count of runs that left. A run "escapes" at its first validation >= `ESCAPE_AT[task]`.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from results.curves import readable_curve
+
+ESCAPE_AT = {"listops": 0.30}  # validation accuracy (fraction) between the plateau and the root-operator level
+
+
+def escape_step(curve: pd.DataFrame, threshold: float) -> int | None:
+    """The first step whose validation accuracy is >= `threshold`, or None when there is none."""
+    reached = curve[curve["val_acc"] >= threshold]
+    return None if reached.empty else int(reached["step"].min())
+
+
+def escape_steps(long: pd.DataFrame) -> pd.DataFrame:
+    """One row per completed run of a task with a threshold: tag, attention, task, seed, path, escape_step
+    (Int64, <NA> = never); a run without a readable curve is left out."""
+    columns = ["tag", "attention", "task", "seed", "path", "escape_step"]
+    runs = long[(long["status"] == "completed") & long["task"].isin(list(ESCAPE_AT))].drop_duplicates("path")
+    rows = []
+    for run in runs.itertuples():
+        curve = readable_curve(run.path)
+        if curve.empty:
+            continue
+        rows.append([run.tag, run.attention, run.task, run.seed, run.path, escape_step(curve, ESCAPE_AT[run.task])])
+    frame = pd.DataFrame(rows, columns=columns)
+    frame["escape_step"] = frame["escape_step"].astype("Int64")
+    return frame
+
+
+def add_escapes(summary: pd.DataFrame, long: pd.DataFrame) -> pd.DataFrame:
+    """`<task>_escaped` (Int64): how many of a cell's runs escaped, for the tasks of `ESCAPE_AT` that have runs;
+    blank on rows without a curve (and on the reference rows)."""
+    steps = escape_steps(long)
+    if steps.empty:
+        return summary
+    counts = steps.assign(escaped=steps["escape_step"].notna()).groupby(["tag", "attention", "task"])["escaped"].sum()
+    extra = {}
+    for task in sorted(steps["task"].unique()):
+        keys = pd.MultiIndex.from_arrays([summary["tag"], summary["attention"], [task] * len(summary)])
+        extra[f"{task}_escaped"] = pd.array(counts.reindex(keys).to_numpy(), dtype="Int64")
+    return summary.assign(**extra)

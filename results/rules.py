@@ -1,0 +1,130 @@
+"""`python -m results.rules [--tag TAG ...] [--committed]`: reference rules fitted on a task's data, for the tables.
+
+A rule is a baseline that needs no model: it says what an accuracy means. `majority class` comes with every run
+record; the rules here are computed from the prepared data once per (task, tag) and written as small records,
+`<root>/rules/<task>/<tag>.json`, which `python -m results` shows as a row below our attentions:
+
+- ListOps `root-operator rule`: predict, for each root operator (MIN, MAX, MED, SM: the first token of every
+  tree), the label most frequent among training trees with that root; scored on test. A model at this level has
+  found the root operator and nothing more (the PyTorch ports' ~37%); one below it has not.
+
+The record names the data it was fitted on (the splits' sha256 from the manifest) and the command that made it.
+Written under `outputs/rules/` unless `--committed` (then `results/runs/rules/`, committed with the run records).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from data_prep.atomic import write_atomic
+from data_prep.compact import DataError, load_manifest, load_split
+from results.safe_read import UnsafeFile, read_limited
+
+RULES = {"listops": "root-operator rule"}
+COMMITTED_ROOT, USER_ROOT = Path("results/runs"), Path("outputs")
+
+
+def root_operator_rule(train_first: np.ndarray, train_labels: np.ndarray, test_first: np.ndarray,
+                       test_labels: np.ndarray) -> tuple[float, dict[int, int]]:
+    """Test accuracy of the most frequent training label per first token, and that label per first token.
+
+    A first token never seen in training gets the overall most frequent training label.
+    """
+    overall = int(np.bincount(train_labels).argmax())
+    table = pd.DataFrame({"first": train_first, "label": train_labels})
+    counts = table.groupby(["first", "label"]).size().rename("n").reset_index()
+    counts = counts.sort_values(["first", "n", "label"], ascending=[True, False, True], kind="stable")
+    best = {int(row.first): int(row.label) for row in counts.drop_duplicates("first").itertuples()}
+    predicted = np.array([best.get(int(token), overall) for token in test_first], dtype=np.int64)
+    return float((predicted == test_labels).mean()), best
+
+
+def first_tokens(split) -> np.ndarray:
+    """The first token of every sequence of a loaded split, (N,)."""
+    return split.tokens[split.offsets[:-1]].astype(np.int64)
+
+
+def listops_rule(task_dir: Path, tag: str, command: str) -> dict:
+    """The root-operator rule record of the ListOps data in `task_dir`."""
+    rebuild = f"python -m data_prep listops --out {task_dir.parent}"
+    manifest = load_manifest(task_dir, rebuild_cmd=rebuild)
+    train, test = (load_split(task_dir, split, rebuild_cmd=rebuild) for split in ("train", "test"))
+    accuracy, best = root_operator_rule(first_tokens(train), train.labels, first_tokens(test), test.labels)
+    vocab = manifest["vocab"]
+    return {
+        "kind": "rule", "task": "listops", "tag": tag, "rule": RULES["listops"], "test_acc": accuracy,
+        "label_per_root": {vocab[token]: label for token, label in sorted(best.items())},
+        "fitted_on": "train", "scored_on": "test",
+        "data": {split: manifest["splits"][split]["sha256"] for split in ("train", "test")},
+        "command": command,
+    }
+
+
+def data_dir_for(tag: str, task: str, data_dir: str | None) -> Path:
+    """`<task.data.root>/<task>` of the config `run.py task=<task> [experiment=<tag>]` composes."""
+    from lra.config import compose
+
+    overrides = [f"task={task}"] + ([] if tag == "default" else [f"experiment={tag}"])
+    overrides += [f"data_dir={data_dir}"] if data_dir else []
+    config = compose(overrides)
+    if config.get("tag") != tag:
+        raise ValueError(f"tag {tag!r} is not an experiment's tag (conf/experiment/{tag}.yaml); use default or one")
+    return Path(config["task"]["data"]["root"]) / task
+
+
+def read_rules(roots) -> pd.DataFrame:
+    """Every rule record under `<root>/rules/*/*.json`, first root first: tag, task, attention (the rule's row
+    label) and value (accuracy, fraction); a later record of the same (tag, task) is left out."""
+    rows, seen = [], set()
+    for root in roots:
+        for path in sorted(Path(root).glob("rules/*/*.json")):
+            try:
+                record = json.loads(read_limited(path))
+                key = (str(record["tag"]), str(record["task"]))
+                value = float(record["test_acc"])
+                label = str(record["rule"])
+            except (UnsafeFile, ValueError, KeyError, TypeError) as err:
+                print(f"warning: rule record {path} left out: {err}", file=sys.stderr)
+                continue
+            if label not in RULES.values() or not 0.0 <= value <= 1.0:
+                print(f"warning: rule record {path} left out: rule {label!r} or test_acc {value!r} unknown",
+                      file=sys.stderr)
+                continue
+            if key not in seen:
+                seen.add(key)
+                rows.append({"tag": key[0], "task": key[1], "rule": label, "value": value})
+    return pd.DataFrame(rows, columns=["tag", "task", "rule", "value"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m results.rules", description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="listops", choices=sorted(RULES))
+    parser.add_argument("--tag", action="append", default=None,
+                        help="the runs' tag whose data to fit on (default, or an experiment's tag); repeatable")
+    parser.add_argument("--data-dir", default=None, help="as run.py's data_dir (default: the config's)")
+    parser.add_argument("--committed", action="store_true", help=f"write under {COMMITTED_ROOT}/rules")
+    args = parser.parse_args(argv)
+    root = COMMITTED_ROOT if args.committed else USER_ROOT
+    status = 0
+    for tag in args.tag or ["default"]:
+        command = f"python -m results.rules --task {args.task} --tag {tag}"
+        try:
+            record = listops_rule(data_dir_for(tag, args.task, args.data_dir), tag, command)
+        except (DataError, ValueError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            status = 2
+            continue
+        path = root / "rules" / args.task / f"{tag}.json"
+        write_atomic(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+        print(f"{args.task} {tag}: {record['rule']} {100 * record['test_acc']:.2f}% -> {path}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Reference rows that say what a number means: the ListOps root-operator rule, computed from the data, and the
+count of runs that escaped the plateau beside a mean over seeds; the Skyformer table's delta only for its protocol."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from results.__main__ import main as results_main
+from results.collect import collect
+from results.escapes import escape_step, escape_steps
+from results.markdown import to_markdown
+from results.rules import main as rules_main
+from results.rules import read_rules, root_operator_rule
+from results.summary import load_reference, summarize
+from tests.results.records import write_record
+from tests.results.test_collect import section, table_cells
+
+
+def test_root_operator_rule_predicts_the_most_frequent_label_per_first_token():
+    train_first = np.array([11, 11, 11, 12, 12, 13])
+    train_labels = np.array([3, 3, 4, 9, 9, 5])
+    test_first = np.array([11, 12, 12, 14])  # 14 never starts a training tree: the overall majority (3)
+    test_labels = np.array([3, 9, 1, 3])
+    accuracy, best = root_operator_rule(train_first, train_labels, test_first, test_labels)
+    assert best == {11: 3, 12: 9, 13: 5}
+    assert accuracy == pytest.approx(0.75)
+
+
+def test_rules_command_fits_on_generated_listops_and_the_table_shows_the_row(tmp_path, monkeypatch):
+    from data_prep import listops
+
+    listops.generate(tmp_path / "data", train=300, val=20, test=80, min_length=20, max_length=60, seed=0)
+    monkeypatch.chdir(tmp_path)
+    assert rules_main(["--tag", "default", "--data-dir", str(tmp_path / "data")]) == 0
+    record = json.loads((tmp_path / "outputs/rules/listops/default.json").read_text())
+    assert record["rule"] == "root-operator rule" and set(record["label_per_root"]) <= {"[MIN", "[MAX", "[MED", "[SM"}
+    assert 0.0 <= record["test_acc"] <= 1.0 and len(record["data"]["test"]) == 64
+    write_record(tmp_path / "outputs", "listops", "softmax", 0, 0.2, tag="default")
+    rules = read_rules([tmp_path / "outputs"])
+    markdown = to_markdown(summarize(collect([tmp_path / "outputs"])[0], rules), [], {})
+    rows = table_cells(section(markdown, "default"))
+    assert rows["root-operator rule"]["listops"] == f"{100 * record['test_acc']:.2f}"
+    assert list(rows)[-2:] == ["majority class", "root-operator rule"]
+
+
+def test_a_rule_is_shown_only_in_tags_with_runs_of_its_task(tmp_path):
+    (tmp_path / "rules/listops").mkdir(parents=True)
+    for tag in ("default", "quick"):
+        (tmp_path / f"rules/listops/{tag}.json").write_text(json.dumps(
+            {"kind": "rule", "task": "listops", "tag": tag, "rule": "root-operator rule", "test_acc": 0.347}))
+    (tmp_path / "rules/listops/junk.json").write_text("[1, 2]")
+    write_record(tmp_path, "listops", "softmax", 0, 0.2, tag="default")
+    summary = summarize(collect([tmp_path])[0], read_rules([tmp_path]))
+    assert set(summary.loc[summary["tag"] == "default", "attention"]) == {
+        "softmax", "(majority class)", "(root-operator rule)"}
+    assert "quick" not in set(summary["tag"])
+
+
+def write_curve(record_path, accuracies, every=50):
+    rows = ["epoch,step,val/acc"] + [f"0,{every * (i + 1) - 1},{acc}" for i, acc in enumerate(accuracies)]
+    (record_path.parent / "csv").mkdir(exist_ok=True)
+    (record_path.parent / "csv/metrics.csv").write_text("\n".join(rows) + "\n")
+
+
+def test_escape_step_is_the_first_validation_at_or_over_the_threshold(tmp_path):
+    escaped = write_record(tmp_path, "listops", "linear", 0, 0.36, tag="default")
+    write_curve(escaped, [0.17, 0.19, 0.30, 0.36])
+    stuck = write_record(tmp_path, "listops", "linear", 1, 0.19, tag="default")
+    write_curve(stuck, [0.17, 0.19, 0.2999])
+    steps = escape_steps(collect([tmp_path])[0]).set_index("seed")["escape_step"]
+    assert steps[0] == 150 and steps.isna()[1]
+    assert escape_step(steps.to_frame().assign(step=[1, 2], val_acc=[0.1, 0.2]), 0.3) is None
+
+
+def test_tables_count_escaped_seeds_and_runs_list_the_escape_step(tmp_path, capsys):
+    for seed, curve in enumerate([[0.17, 0.31, 0.36], [0.17, 0.18, 0.19], [0.16, 0.18, 0.35]]):
+        write_curve(write_record(tmp_path / "runs", "listops", "linear", seed, curve[-1], tag="default"), curve)
+    assert results_main([str(tmp_path / "runs"), "--out", str(tmp_path / "tables")]) == 0
+    markdown = (tmp_path / "tables/lra.md").read_text()
+    rows = table_cells(section(markdown, "default").split("Runs (wall time")[0])
+    assert rows["linear"]["listops"].strip("*").endswith("(n=3, escaped 2/3)")
+    flat = " ".join(markdown.split())
+    assert "| linear | listops | 0 | 36.00 | 36.00 | 100 |" in flat and "| linear | listops | 1 | 19.00 | 19.00 | never |" in flat
+    assert "listops_escaped" in (tmp_path / "tables/lra.csv").read_text().splitlines()[0]
+
+
+def test_skyformer_table_gets_a_delta_only_beside_its_own_protocol(tmp_path):
+    write_record(tmp_path, "listops", "softmax", 0, 0.40, tag="default")
+    write_record(tmp_path, "listops", "softmax", 0, 0.39, tag="skyformer_port", experiment="skyformer_port")
+    references = {"Skyformer port": load_reference("skyformer_port")}
+    markdown = to_markdown(summarize(collect([tmp_path])[0]), [], references)
+    default, sky = (table_cells(section(markdown, tag))["softmax"] for tag in ("default", "skyformer_port"))
+    assert default["listops (Skyformer port)"] == "38.37" and "listops Δ (Skyformer port)" not in default
+    assert sky["listops Δ (Skyformer port)"] == "+0.63"
