@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import copy
+import errno
 import os
 import sys
 from datetime import datetime
@@ -133,16 +134,18 @@ class RunHooks(Callback):
             check_settings(job_config(config), list(config.hydra.overrides.task))
         except UserError as err:
             refuse(str(err))
-        run_dir = Path(str(config.hydra.run.dir))
+        run_dir, elsewhere = Path(str(config.hydra.run.dir)), "write this run elsewhere with hydra.run.dir=DIR"
         try:
-            check_writable(run_dir, "write this run elsewhere with hydra.run.dir=DIR")
+            check_writable(run_dir, elsewhere)
             self.lock.enter_context(run_folder_lock(run_dir))
             _locked.add(os.path.realpath(run_dir))
             self.lock.callback(_locked.discard, os.path.realpath(run_dir))
         except (UserError, NotWritable) as err:
             refuse(str(err))
-        except PermissionError as err:  # the folder became read-only after the check
-            refuse(str(NotWritable.of(run_dir, err.strerror, "write this run elsewhere with hydra.run.dir=DIR")))
+        except OSError as err:
+            if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            refuse(str(NotWritable.of(run_dir, err.strerror, elsewhere)))  # it became read-only after the check
         atexit.register(self.lock.close)  # run.py exits from inside the job on errors: on_run_end never comes
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
