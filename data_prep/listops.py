@@ -11,7 +11,9 @@ level; a tree stops growing as soon as it can no longer stay below max_length, a
 are drawn only for accepted trees. Every draw is independent, so the trees follow the published
 distribution, while the random stream differs from the recursive original.
 
-Tokens: ids index VOCAB (parentheses dropped). The TSV form is the published `to_string` output, e.g.
+Tokens: ids index VOCAB (parentheses dropped). ``close_brackets=False`` also drops every ``]`` after the trees
+are drawn (same trees, lengths and labels; the vocabulary keeps its ``]`` id): LRA's input pipeline did so before
+March 2021 (google-research/long-range-arena issue 14), so the PyTorch ports very likely trained without them. The TSV form is the published `to_string` output, e.g.
 `( ( ( [MAX 2 ) 9 ) ] )` for MAX(2, 9), in `basic_{train,val,test}.tsv` with header `Source<TAB>Target`.
 """
 
@@ -193,11 +195,12 @@ def sample_trees(
     return tokens, offsets, np.concatenate([np.zeros(0, np.int64), *label_chunks]), drawn
 
 
-def generate_command(out: Path, fmt: str = "compact", **options: int) -> str:
+def generate_command(out: Path, fmt: str = "compact", close_brackets: bool = True, **options: int) -> str:
     """The ``python -m data_prep listops`` command that regenerates data with these options."""
     words = ["python", "-m", "data_prep", TASK, "--out", str(out)]
     for name, value in options.items():
         words += [f"--{name.replace('_', '-')}", str(value)]
+    words += [] if close_brackets else ["--no-close-brackets"]
     return shlex.join(words + (["--format", fmt] if fmt != "compact" else []))
 
 
@@ -212,22 +215,28 @@ def generate(
     max_depth: int = 10,
     max_args: int = 10,
     seed: int = 0,
+    close_brackets: bool = True,
     fmt: str = "compact",
     log: Callable[[str], None] = print,
 ) -> Path:
     """Generate ListOps into ``out/listops/`` (compact splits + manifest); returns that folder.
 
-    ``fmt="tsv"`` also writes the published ``basic_{train,val,test}.tsv`` there.
+    ``fmt="tsv"`` also writes the published ``basic_{train,val,test}.tsv`` there. ``close_brackets=False`` drops
+    every ``]`` token (the pre-2021 LRA input pipeline's ListOps).
     """
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
+    if not close_brackets and fmt == "tsv":
+        raise ValueError("--no-close-brackets writes compact splits only: the TSV form needs its ] tokens")
     sizes = {"train": train, "val": val, "test": test}
     for split, count in sizes.items():
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValueError(f"--{split} (examples in the {split} split) must be an integer >= 1, got {count!r}")
     rules = dict(min_length=min_length, max_length=max_length, max_depth=max_depth, max_args=max_args)
-    command = generate_command(out, fmt, **sizes, **rules, seed=seed)
+    command = generate_command(out, fmt, close_brackets, **sizes, **rules, seed=seed)
     tokens, offsets, labels, drawn = sample_trees(sum(sizes.values()), **rules, seed=seed, log=log)
+    if not close_brackets:
+        tokens, offsets = without_close_brackets(tokens, offsets)
     task_dir = Path(out) / TASK
     with staged_task_dir(task_dir) as stage:
         entries, first = {}, 0
@@ -239,14 +248,23 @@ def generate(
                 write_tsv(stage / f"basic_{split}.tsv", *flat, labels[first:last])
             first = last
         write_manifest(stage, task=TASK, vocab=VOCAB, num_classes=NUM_CLASSES, splits=entries,
-                       source=generator_source(rules, seed, drawn), command=command)
+                       source=generator_source(rules, seed, drawn, close_brackets), command=command)
     log(f"listops: wrote {', '.join(f'{k} {v}' for k, v in sizes.items())} to {task_dir}")
     return task_dir
 
 
-def generator_source(rules: dict, seed: int, drawn: int) -> dict:
-    """The manifest's ``source`` of generated data: the rules, the seed and how many trees were drawn."""
+def without_close_brackets(tokens: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The same sequences with every ``]`` token removed: tokens (T',) and offsets (N + 1,)."""
+    keep = tokens != END_ID
+    kept_before = np.concatenate([[0], np.cumsum(keep)])  # kept tokens before each position
+    return tokens[keep], kept_before[offsets]
+
+
+def generator_source(rules: dict, seed: int, drawn: int, close_brackets: bool = True) -> dict:
+    """The manifest's ``source`` of generated data: the rules, the seed, whether ``]`` tokens are kept and how many
+    trees were drawn (a manifest without ``close_brackets`` kept them)."""
     return {
+        "close_brackets": close_brackets,
         "generator": "data_prep.listops (rules of LRA lra_benchmarks/data/listops.py)",
         "rng": "numpy.random.default_rng (PCG64)",
         "batch_trees": BATCH_TREES,
@@ -309,6 +327,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             help=f"generator option (default {defaults[name].default})",
         )
     parser.add_argument(
+        "--no-close-brackets", action="store_false", dest="close_brackets", default=None,
+        help="drop every ] token (LRA's input pipeline before March 2021; the PyTorch ports' ListOps)",
+    )
+    parser.add_argument(
         "--format",
         choices=FORMATS,
         dest="fmt",
@@ -319,10 +341,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     """Run ``python -m data_prep listops`` with parsed ``args``."""
     options = {name: getattr(args, name) for name in _GENERATOR_OPTIONS if getattr(args, name) is not None}
+    if args.close_brackets is not None:
+        options["close_brackets"] = args.close_brackets
     if args.source is not None:
         if options or args.fmt:
             raise ValueError(
-                "--source imports the official files; size, seed and --format options do not apply"
+                "--source imports the official files; size, seed, --no-close-brackets and --format options do not apply"
             )
         import_tsv(args.source, args.out)
     else:

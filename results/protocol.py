@@ -25,7 +25,7 @@ TRAINER_KEYS = ("max_steps", "precision", "gradient_clip_val", "gradient_clip_al
 ABSENT = "<absent>"
 # settings added to conf/ after runs were recorded, with the value those older runs used implicitly
 IMPLICIT = {"task.optim.schedule": "linear", "model.attention_dropout": 0.0,
-            "task.data.generate.contour_length": 14}
+            "task.data.generate.contour_length": 14, "task.data.generate.close_brackets": True}
 SHOWN_DIFFERENCES = 6
 FROM_CONF, MOST_COMMON, UNCHECKED = "conf", "most common", "unchecked"
 

@@ -23,7 +23,8 @@ class DataModule(GeneratedDataModule):
         generator.generate(self.root, **self.generate_options(), log=log.info)
 
     def stale_data_message(self, manifest: dict) -> str | None:
-        made = {**manifest["source"], **{k: v["count"] for k, v in manifest["splits"].items()}}
+        made = {"close_brackets": True,  # manifests from before the option kept them
+                **manifest["source"], **{k: v["count"] for k, v in manifest["splits"].items()}}
         differ = [f"task.data.generate.{k}={v} (the data has {made.get(k, 'none')})"
                   for k, v in self.generate_options().items() if made.get(k) != v]
         if not differ:
