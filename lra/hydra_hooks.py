@@ -5,8 +5,9 @@ Importing this module registers the resolver, which ``conf/config.yaml`` uses in
 ``RunHooks`` (registered in ``conf/config.yaml`` under the name ``FileSweepConfig``, its first job):
 
 - a single run (``python run.py ...``): before Hydra creates the run folder, writes ``.hydra/`` or opens
-  ``run.log``, the settings are checked (a refused command writes nothing), the folder is checked writable and
-  its ``run.lock`` is taken, so a second command into a busy folder changes nothing in it;
+  ``run.log``, the settings are checked (a refused command writes nothing), the folder is checked writable,
+  its ``run.lock`` is taken (so a second command into a busy folder changes nothing in it) and a link where
+  Hydra writes its log or configs is refused by name;
 - a sweep (``-m``): its ``multirun.yaml`` is filed under ``multirun/<time>.yaml``, each job's status and folder
   are listed in ``multirun/<time>.jobs.tsv``, printed at the end, and the sweep exits 1 unless every job
   completed.
@@ -30,7 +31,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from data_prep.atomic import NotWritable, check_writable
+from data_prep.atomic import LinkRefused, NotWritable, check_writable, refuse_link
 
 from .checks import check_added_keys, check_config
 from .errors import UserError
@@ -88,6 +89,13 @@ def job_config(config: DictConfig) -> dict[str, Any]:
     return OmegaConf.to_container(job, resolve=True)
 
 
+def hydra_files(config: DictConfig) -> list[str]:
+    """The files Hydra opens by name in a run folder (its log, its ``.hydra/`` configs)."""
+    subdir = config.hydra.output_subdir
+    configs = [f"{subdir}/{name}.yaml" for name in ("config", "hydra", "overrides")] if subdir else []
+    return [f"{config.hydra.job.name}.log", *configs]
+
+
 def refuse(message: str) -> None:
     """Print ``error: <message>`` and exit 2, as ``run.py`` does for every user error."""
     print(f"error: {message}", file=sys.stderr)
@@ -140,7 +148,9 @@ class RunHooks(Callback):
             self.lock.enter_context(run_folder_lock(run_dir))
             _locked.add(os.path.realpath(run_dir))
             self.lock.callback(_locked.discard, os.path.realpath(run_dir))
-        except (UserError, NotWritable) as err:
+            for name in hydra_files(config):
+                refuse_link(run_dir / name)
+        except (UserError, NotWritable, LinkRefused) as err:
             refuse(str(err))
         except OSError as err:
             if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):

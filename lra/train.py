@@ -152,7 +152,8 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 
 RUN_OUTPUTS = (RECORD_NAME, "checkpoints", "csv", "tensorboard")
-RUN_FILES = (RECORD_NAME, "checkpoints/last.ckpt", "csv/metrics.csv")  # written in place by a run: never links
+# files a run writes or reads in place (Lightning and its loggers open them by name): never links
+RUN_FILES = (RECORD_NAME, "checkpoints/last.ckpt", "csv/metrics.csv", "csv/hparams.yaml", "tensorboard/hparams.yaml")
 
 
 def set_aside(run_dir: Path) -> Path:

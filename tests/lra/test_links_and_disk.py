@@ -41,7 +41,8 @@ def test_a_linked_lock_file_is_refused_by_name_and_its_target_left_alone(tmp_pat
     assert target.read_text() == SECRET
 
 
-@pytest.mark.parametrize("name", ["result.json", "checkpoints/last.ckpt", "csv/metrics.csv"])
+@pytest.mark.parametrize("name", ["result.json", "checkpoints/last.ckpt", "csv/metrics.csv", "csv/hparams.yaml",
+                                  "tensorboard/hparams.yaml"])
 def test_a_linked_record_or_checkpoint_is_refused_before_any_work(tiny_data_dir, tmp_path, name):
     target = victim(tmp_path)
     link = tmp_path / "run" / name

@@ -42,6 +42,19 @@ def test_a_command_into_a_busy_folder_writes_nothing_there(tiny_data_dir, tmp_pa
     assert fresh.returncode == 2 and not (tmp_path / "fresh").exists()  # refused: no run folder at all
 
 
+@pytest.mark.parametrize("name", ["run.log", ".hydra/config.yaml"])
+def test_a_link_where_hydra_writes_its_log_or_config_is_refused_by_name(tiny_data_dir, tmp_path, name):
+    target = tmp_path / "victim.txt"
+    target.write_text("mine\n")
+    link = tmp_path / "run" / name
+    link.parent.mkdir(parents=True)
+    link.symlink_to(target)
+    result = run_py("attention=linear", "experiment=quick", "trainer=debug", f"data_dir={tiny_data_dir}", *TINY,
+                    f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert result.returncode == 2 and f"error: {link} is a symbolic link" in result.stderr, result.stderr[-2000:]
+    assert target.read_text() == "mine\n"
+
+
 @contextlib.contextmanager
 def read_only(folder):
     """``folder`` made read-only for this process: ``chmod`` for a user, the immutable flag for root (which
