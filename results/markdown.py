@@ -8,6 +8,7 @@ import pandas as pd
 
 from results.collect import CLASSIC_TASKS, UNTAGGED, Problem
 from results.escapes import ESCAPE_AT, escape_steps
+from results.markdown_text import md_code, md_text
 from results.protocol import DEFAULT_TAG, TRAINER_KEYS
 from results.summary import AVERAGE, REFERENCE_ROWS, best_flags, follows, is_reference, shown_beside
 
@@ -84,17 +85,17 @@ def tag_table(tag: str, summary: pd.DataFrame, references: dict[str, pd.DataFram
     references_rows = summary[is_reference(summary["attention"])]
     header = ["attention"]
     for task in columns:
-        header.append(task)
+        header.append(md_text(task))
         for label, frame in references.items():
             if task in frame.columns:
-                header += [f"{task} ({label})"] + ([f"{task} Δ ({label})"] if deltas[label] else [])
+                header += [f"{md_text(task)} ({label})"] + ([f"{md_text(task)} Δ ({label})"] if deltas[label] else [])
     attentions = attention_order(ours.index, order)
     if published_rows:
         published = attention_order({name for frame in references.values() for name in frame.index}, references)
         attentions += [a for a in published if a not in attentions]
     rows = []
     for attention in attentions:
-        row = [attention]
+        row = [md_text(attention)]
         for task in columns:
             mine = ours.loc[attention] if attention in ours.index else None
             mean = math.nan if mine is None else mine[f"{task}_mean"]
@@ -135,9 +136,9 @@ def runs_table(long: pd.DataFrame) -> str:
         metric = values.loc[run.path] if run.path in values.index else pd.Series(dtype="float64")
         escape = [] if not with_escape else [
             "" if run.path not in steps.index else ("never" if pd.isna(steps[run.path]) else f"{steps[run.path]:,}")]
-        rows.append([run.attention, run.task, str(run.seed), format_cell(100 * metric.get("test_acc", math.nan)),
+        rows.append([md_text(run.attention), md_text(run.task), md_text(run.seed), format_cell(100 * metric.get("test_acc", math.nan)),
                      format_cell(100 * metric.get("val_acc", math.nan)), *escape, format_hours(run.wall_time_s),
-                     "" if pd.isna(run.tokens_per_s) else f"{run.tokens_per_s:,.0f}", str(run.git_sha or "")[:7]])
+                     "" if pd.isna(run.tokens_per_s) else f"{run.tokens_per_s:,.0f}", md_text(str(run.git_sha or "")[:7])])
     header = ["attention", "task", "seed", "test acc", "val acc", *(["escape step"] if with_escape else []),
               "wall time", "train tokens/s", "git sha"]
     return markdown_table(header, rows)
@@ -147,8 +148,8 @@ def problem_lines(problems: list[Problem]) -> list[str]:
     """Bullet lines: kind, path, run and message."""
     lines = []
     for problem in problems:
-        run = f" ({problem.run})" if problem.run else ""
-        lines.append(f"- {problem.kind}: `{problem.path}`{run}: {problem.message}")
+        run = f" ({md_text(problem.run)})" if problem.run else ""
+        lines.append(f"- {problem.kind}: `{md_code(problem.path)}`{run}: {md_text(problem.message)}")
     return lines
 
 
@@ -185,13 +186,13 @@ def tag_notes(tag: str, summary: pd.DataFrame) -> list[str]:
         lines.append("**Pipeline check at reduced scale** (ListOps lengths 50-200, 1.5k steps on a CPU): it shows "
                      "that every attention trains, not how they rank; no published number is comparable.")
     elif tag != DEFAULT_TAG:
-        tagged = "carry no `tag`" if tag == UNTAGGED else f"are tagged `{tag}`, not `{DEFAULT_TAG}`"
+        tagged = "carry no `tag`" if tag == UNTAGGED else f"are tagged `{md_code(tag)}`, not `{DEFAULT_TAG}`"
         lines.append(f"These runs {tagged}: a published table is shown beside them only when it follows the "
                      f"same protocol.")
     for _, row in summary[~is_reference(summary["attention"])].iterrows():
         absent = [task for task in CLASSIC_TASKS if pd.isna(row[f"{task}_mean"])]
         if absent:
-            lines.append(f"Missing for `{row['attention']}` (no completed run): {', '.join(absent)}.")
+            lines.append(f"Missing for `{md_code(row['attention'])}` (no completed run): {', '.join(absent)}.")
     return lines
 
 
@@ -208,7 +209,7 @@ def to_markdown(summary: pd.DataFrame, problems: list[Problem], references: dict
     parts = ["# Long Range Arena: test accuracy (%)", reading_notes(references)]
     for tag in tags:
         mine = summary[summary["tag"] == tag]
-        parts += [f"## tag `{tag}`", tag_table(tag, mine, references, published_rows)]
+        parts += [f"## tag `{md_code(tag)}`", tag_table(tag, mine, references, published_rows)]
         lines = tag_notes(tag, mine) + (notes or {}).get(tag, [])
         if lines:
             parts.append("\n".join(f"- {line}" for line in lines))

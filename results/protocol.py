@@ -17,6 +17,7 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from lra.config import CONF_DIR, IGNORED_LEAVES, compose
+from results.markdown_text import md_code, md_text
 
 DEFAULT_TAG = "default"
 SECTIONS = ("task", "model", "trainer")
@@ -124,7 +125,7 @@ def protocol_notes(long: pd.DataFrame) -> dict[str, list[str]]:
     notes: dict[str, list[str]] = {}
     for (tag, task), part in runs[runs["protocol"] == MOST_COMMON].groupby(["tag", "task"], sort=True):
         notes.setdefault(tag, []).append(
-            f"{task}: no experiment config for tag `{tag}` in `conf/`, so config drift is judged against "
+            f"{md_text(task)}: no experiment config for tag `{md_code(tag)}` in `conf/`, so config drift is judged against "
             f"the most common config among its {len(part)} checked run(s).")
     for tag, part in runs[runs["protocol"] == UNCHECKED].groupby("tag", sort=True):
         notes.setdefault(tag, []).append(f"{len(part)} completed run(s) record no config: not checked for drift.")

@@ -56,3 +56,18 @@ def test_crafted_analysis_names_and_malformed_records_are_listed_not_followed(tm
     assert results_main([str(outputs), "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["good.csv", "good.md"]
     assert not list(tmp_path.glob("escaped*")) and not list((tmp_path / "deep").glob("escaped*"))
+
+
+def test_names_cannot_add_rows_headings_or_html_to_the_markdown(tmp_path):
+    """Issue 29.8: an attention named like a table row, a tag with a newline, a task with HTML."""
+    from results.markdown import to_markdown
+
+    evil = "evil\n| softmax | **99.99 (n=9)** |"
+    write_record(tmp_path, "listops", evil, 0, 0.2, tag="default")
+    write_record(tmp_path, "listops", "softmax", 0, 0.3, tag="default\n## tag `fake`")
+    write_record(tmp_path, "<script>alert(1)</script>", "softmax", 0, 0.3, tag="default")
+    markdown = to_markdown(summarize(collect([tmp_path])[0]), [], {})
+    assert not [line for line in markdown.splitlines() if line.startswith("| softmax") and "99.99" in line]
+    assert "<script>" not in markdown and "&lt;script&gt;" in markdown
+    assert "\n## tag `fake`" not in markdown
+    assert r"evil \| softmax \| \*\*99.99 (n=9)\*\* \|" in markdown
