@@ -1,4 +1,5 @@
-"""Shared test helpers: deterministic seeds and a relative-RMSE comparison (as in fla's tests)."""
+"""Shared test helpers: deterministic seeds, a relative-RMSE comparison (as in fla's tests) and a comparison
+within the float rounding bound of a computation (what a BLAS or vector kernel promises on any CPU)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,34 @@ def assert_close(ref: torch.Tensor, out: torch.Tensor, ratio: float = 1e-4, atol
     if (ref.double() - out.double()).abs().max() <= atol:
         return
     assert err <= ratio * scale, f"{what}: relative RMSE {float(err / scale):.2e} > {ratio:.0e}"
+
+
+def rounding_bound(roundings: int, dtype: torch.dtype = torch.float32) -> float:
+    """Higham's ``gamma_n = n u / (1 - n u)``, ``u = eps / 2`` of ``dtype``, for ``n = roundings``.
+
+    A float result whose every term passes through at most ``n`` roundings (an input cast to ``dtype``: 1; a dot
+    product or sum of ``d`` terms: ``d``, in any order or blocking, fused multiply-adds or not) is within
+    ``gamma_n`` times the same computation on absolute values of the exact result. That bound is all a BLAS or a
+    vectorised kernel promises: the last bits depend on the CPU's code path (MKL, oneDNN and ATen's kernels
+    choose by instruction set), so tests compare against it, never against one machine's bits.
+    """
+    u = torch.finfo(dtype).eps / 2
+    assert roundings * u < 0.5, "too many roundings for a meaningful bound"
+    return roundings * u / (1 - roundings * u)
+
+
+def assert_within_rounding(exact: torch.Tensor, out: torch.Tensor, magnitude: torch.Tensor, roundings: int,
+                           dtype: torch.dtype = torch.float32, what: str = ""):
+    """``|out - exact| <= rounding_bound(roundings, dtype) * magnitude`` elementwise, no NaN.
+
+    ``exact``: the result in float64 (to within far less than the bound); ``magnitude``: the same computation on
+    the inputs' absolute values (for a sum of products, the sum of the products' absolute values).
+    """
+    assert torch.isfinite(out).all(), f"{what}: non-finite values"
+    bound = rounding_bound(roundings, dtype) * magnitude.double()
+    excess = (out.double() - exact.double()).abs() / bound.clamp_min(torch.finfo(torch.float64).tiny)
+    worst = float(excess.max())
+    assert worst <= 1, f"{what}: off by {worst:.2f} times the rounding bound of {roundings} roundings"
 
 
 @pytest.fixture(autouse=True)

@@ -8,6 +8,7 @@ import torch
 
 from attention_zoo._chunked_gaussian import chunked_gaussian_nystrom, naive_gaussian_nystrom
 from attention_zoo.skyformer import SkyformerAttention
+from tests.conftest import assert_close, rounding_bound
 
 
 def inputs(n: int = 29, m: int = 6, dtype=torch.float64, seed: int = 0) -> list[torch.Tensor]:
@@ -36,8 +37,10 @@ def test_gradients_match_the_oracle_in_float32():
     grad = torch.randn(2, 2, 300, 3)
     chunked_gaussian_nystrom(*args32, chunk_bytes=2 * 2 * 16 * 4 * 37).backward(grad)
     naive_gaussian_nystrom(*args64).backward(grad.double())
-    for ours, oracle in zip(args32, args64, strict=True):
-        torch.testing.assert_close(ours.grad, oracle.grad.float(), rtol=1e-4, atol=1e-4)
+    for i, (ours, oracle) in enumerate(zip(args32, args64, strict=True)):
+        # float32 sums over the 300 tokens, where gradient entries cancel: elementwise, the rounding bound is on
+        # the terms' absolute sum, not the entry; normwise (relative RMSE) the gradient stays within gamma_300
+        assert_close(oracle.grad, ours.grad, ratio=rounding_bound(300), atol=0, what=f"gradient of argument {i}")
 
 
 def test_skyformer_forward_and_gradients_match_its_oracle_with_padding():

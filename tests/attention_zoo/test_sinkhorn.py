@@ -56,7 +56,9 @@ def test_stopping_is_per_matrix_so_the_batch_does_not_matter():
     q, k, v, mask = qkv_mask()
     hard = torch.cat([k, 5 * k[:1]])  # a batch-mate that needs more rounds
     both = attn(torch.cat([q, q[:1]]), hard, torch.cat([v, v[:1]]), torch.cat([mask, mask[:1]]))
-    assert torch.equal(attn(q, k, v, mask), both[:2])
+    # equal up to rounding, not bit for bit: the sort net's matmul folds the batch into its rows, and another row
+    # count may take another BLAS kernel; rounds stopped for the whole batch would move these by ~6e-5 (RMSE)
+    assert_close(attn(q, k, v, mask), both[:2], ratio=1e-6, atol=0)
 
 
 def test_hard_permutation_attends_to_own_and_partner_block():
