@@ -1,8 +1,9 @@
 """Drive a headless Chromium through the DevTools protocol over a pipe (standard library only).
 
-`python -m results.browser PAGE PNG [--width W --height H]` screenshots a page (e.g. the leaderboard's
-`index.html`). The tests use `Chromium` to open the page, read the DOM, click with real mouse events and save a
-screenshot. Chromium gets a fresh profile and no network services; `--remote-debugging-pipe` means no port.
+`python -m results.browser PAGE PNG [--width W --height H] [--at SELECTOR]` screenshots a page (e.g. the
+leaderboard's `index.html`), optionally scrolled to an element. The tests use `Chromium` to open the page, read
+the DOM, click with real mouse events, measure the layout and save a screenshot. Chromium gets a fresh profile and
+no network services; `--remote-debugging-pipe` means no port.
 """
 
 from __future__ import annotations
@@ -180,6 +181,16 @@ class Chromium:
             self.send("Input.dispatchMouseEvent", {"type": kind, "x": found[0], "y": found[1], "button": "left",
                                                    "clickCount": 1}, session=self.session)
 
+    def scroll_to(self, selector: str) -> None:
+        """Scroll the page so that the first element matching `selector` is at the top of the viewport."""
+        found = self.evaluate(f"""(() => {{
+            const element = document.querySelector({json.dumps(selector)});
+            if (element) element.scrollIntoView({{block: "start"}});
+            return Boolean(element);
+        }})()""")
+        if not found:
+            raise BrowserError(f"nothing matches {selector!r}")
+
     def screenshot(self, path: str | Path) -> Path:
         """Save the viewport as PNG."""
         data = self.send("Page.captureScreenshot", {"format": "png"}, session=self.session)["data"]
@@ -196,9 +207,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("png", type=Path, help="where the screenshot goes")
     parser.add_argument("--width", type=int, default=1280)
     parser.add_argument("--height", type=int, default=1400)
+    parser.add_argument("--at", metavar="SELECTOR", help="scroll this element (CSS selector, e.g. '#length') to "
+                        "the top first")
     args = parser.parse_args(argv)
     with Chromium(args.width, args.height) as browser:
         browser.open(args.page.resolve().as_uri())
+        if args.at:
+            browser.scroll_to(args.at)
         print(f"wrote {browser.screenshot(args.png)}", file=sys.stderr)
     return 0
 

@@ -13,9 +13,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from results.collect import first_line  # noqa: E402
+from results.plot_style import EDGE, attention_style, plain  # noqa: E402
 from results.safe_read import CSV_LIMIT, UnsafeFile, read_limited  # noqa: E402
 
 METRICS_NAMES = ("csv/metrics.csv", "metrics.csv")  # a run folder (Lightning's CSVLogger), an archived run
+LINE_STYLES = ("-", "--", ":", "-.")  # the 1st, 2nd, ... seed of an attention in one panel
 
 
 def metrics_path(record_path: str | Path) -> Path | None:
@@ -63,8 +65,34 @@ def readable_curve(record_path: str | Path) -> pd.DataFrame:
         return empty_curve()
 
 
+def curves_figure(curves: list[tuple[object, pd.DataFrame]]):
+    """One panel per task: each run's validation accuracy (%) against step in its attention's colour and marker
+    (`results.plot_style`), seeds of one attention told apart by the line style. `curves`: (run, curve) pairs, the
+    run a row of the long table (`attention`, `seed`, `task`)."""
+    tasks = sorted({run.task for run, _ in curves})
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6.5 * len(tasks), 4.2), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        shown = sorted([c for c in curves if c[0].task == task], key=lambda c: (str(c[0].attention), c[0].seed))
+        seen: dict[str, int] = {}
+        for run, curve in shown:
+            colour, marker = attention_style(run.attention)
+            nth = seen[str(run.attention)] = seen.get(str(run.attention), -1) + 1
+            ax.plot(curve["step"], 100 * curve["val_acc"], color=colour, marker=marker,
+                    markevery=max(1, len(curve) // 8), markersize=4, markeredgecolor=EDGE, markeredgewidth=0.4,
+                    linewidth=1.2, linestyle=LINE_STYLES[nth % len(LINE_STYLES)],
+                    label=plain(f"{run.attention} (seed {run.seed})"))
+        ax.set(title=plain(task), xlabel="training step", ylabel="validation accuracy (%)")
+        ax.grid(True, alpha=0.3)
+        if len(shown) > 6:  # many runs: the legend beside the panel, never over the curves
+            ax.legend(fontsize=7, ncol=1 + (len(shown) - 1) // 16, bbox_to_anchor=(1.01, 1), loc="upper left")
+        else:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 def plot_learning_curves(long: pd.DataFrame, path: Path) -> bool:
-    """Validation accuracy (%) against step for every completed run of one tag, one panel per task.
+    """Validation accuracy (%) against step for every completed run of `long` (`curves_figure`), one panel per task.
 
     Returns False (and writes nothing) when no run has a ``metrics.csv``.
     """
@@ -73,15 +101,7 @@ def plot_learning_curves(long: pd.DataFrame, path: Path) -> bool:
     curves = [(run, curve) for run, curve in curves if not curve.empty]
     if not curves:
         return False
-    tasks = sorted({run.task for run, _ in curves})
-    fig, axes = plt.subplots(1, len(tasks), figsize=(6.5 * len(tasks), 4.2), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
-        for run, curve in sorted([c for c in curves if c[0].task == task], key=lambda c: (c[0].attention, c[0].seed)):
-            ax.plot(curve["step"], 100 * curve["val_acc"], label=f"{run.attention} (seed {run.seed})", linewidth=1.2)
-        ax.set(title=task, xlabel="training step", ylabel="validation accuracy (%)")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig = curves_figure(curves)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return True

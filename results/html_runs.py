@@ -13,7 +13,7 @@ import pandas as pd
 from data_prep.atomic import copy_atomic
 from results.analyses import PUBLISHED, analysis_table, find_analyses, format_value, load_published
 from results.collect import Problem
-from results.html_template import esc, figure, inline, number, table, text
+from results.html_template import code_spans, esc, figure, inline, number, table, text
 from results.markdown import format_cell, format_hours
 from results.plots_extra import plot_run_curve
 
@@ -94,14 +94,20 @@ def runs_part(long: pd.DataFrame, configs: dict[str, object], images: Path, sect
 
 
 def problems_list(problems: list[Problem], known: set[str]) -> str:
-    """Records not averaged (or unreadable): kind, run, message and path, linked to the run's block if any."""
+    """Records not averaged (or unreadable): kind, run, message and path, linked to the run's block if any.
+
+    A message's markdown code spans (a duplicate's "as newer `path`") show as <code>, a path of a shown run linked
+    to its block; no backtick of the markdown reaches the page as text.
+    """
+    def link(text: str) -> str | None:
+        return f"#{run_id(text)}" if text in known else None
     items = []
     for problem in problems:
         where = esc(problem.path)
         if problem.path in known:
             where = f'<a href="#{run_id(problem.path)}">{where}</a>'
         run = f" ({esc(problem.run)})" if problem.run else ""
-        items.append(f"<li>{esc(problem.kind)}{run}: {esc(problem.message)} <code>{where}</code></li>")
+        items.append(f"<li>{esc(problem.kind)}{run}: {code_spans(problem.message, link)} <code>{where}</code></li>")
     return "<ul class=\"notes\">" + "".join(items) + "</ul>"
 
 

@@ -26,7 +26,8 @@ nav { background: #fff; border: 1px solid #dde1e6; border-radius: 6px; padding: 
 nav a { margin-right: 10px; white-space: nowrap; }
 .protocol { color: #444; margin: 0.2em 0 0.6em; }
 .notes { color: #444; font-size: 0.93em; }
-table { border-collapse: collapse; background: #fff; margin: 6px 0 12px; font-size: 0.95em; }
+.table-scroll { overflow-x: auto; max-width: 100%; margin: 6px 0 12px; }
+table { border-collapse: collapse; background: #fff; margin: 0; font-size: 0.95em; }
 th, td { border: 1px solid #dde1e6; padding: 3px 8px; }
 th { background: #eef1f5; text-align: left; user-select: none; }
 table.sortable th { cursor: pointer; }
@@ -50,6 +51,7 @@ figcaption { color: #555; font-size: 0.9em; }
 .run dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 14px; margin: 6px 0; }
 .run dt { color: #555; }
 .run dd { margin: 0; word-break: break-all; }
+h2, h3, p, li, summary, figcaption { overflow-wrap: break-word; }
 pre { background: #f3f4f6; padding: 8px; overflow-x: auto; max-height: 420px; font-size: 0.88em; }
 """
 
@@ -93,6 +95,24 @@ for (const table of document.querySelectorAll("table.sortable")) {
 def esc(value: object) -> str:
     """Text from a record, safe inside an element or a quoted attribute."""
     return html.escape(str(value), quote=True)
+
+
+def code_spans(text: object, link=None) -> str:
+    """Escaped text with its markdown code spans (`like this`) as <code>; a backtick without a partner is dropped.
+
+    `link(content)`, when given, returns the href (or None) for a code span's text, e.g. a record path's run block.
+    """
+    parts = str(text).split("`")
+    if len(parts) % 2 == 0:  # an odd number of backticks: the last one has no partner
+        parts[-2:] = [parts[-2] + parts[-1]]
+    shown = []
+    for index, part in enumerate(parts):
+        if index % 2 == 0:
+            shown.append(esc(part))
+            continue
+        href = link(part) if link else None
+        shown.append(f'<code><a href="{esc(href)}">{esc(part)}</a></code>' if href else f"<code>{esc(part)}</code>")
+    return "".join(shown)
 
 
 def inline(text: str) -> str:
@@ -145,7 +165,8 @@ def number(shown: str, value: object, cls: str = "") -> Cell:
 
 def table(table_id: str, header: list[tuple[str, str]], rows: list[list[Cell]], foot: list[list[Cell]] = (),
           caption: str = "") -> str:
-    """A sortable table: `header` is (label, "number" | "text") per column; `foot` rows never move."""
+    """A sortable table in its own horizontally scrolling box (a wide table never widens the page): `header` is
+    (label, "number" | "text") per column; `foot` rows never move."""
     def row_html(cells):
         parts = []
         for c in cells:
@@ -154,13 +175,13 @@ def table(table_id: str, header: list[tuple[str, str]], rows: list[list[Cell]], 
             parts.append(f"<td{attrs}>{c.html}</td>")
         return "<tr>" + "".join(parts) + "</tr>"
     heads = "".join(f'<th scope="col" data-type="{kind}">{esc(label)}</th>' for label, kind in header)
-    lines = [f'<table class="sortable" id="{esc(table_id)}">']
+    lines = ['<div class="table-scroll">', f'<table class="sortable" id="{esc(table_id)}">']
     if caption:
         lines.append(f"<caption>{caption}</caption>")
     lines += [f"<thead><tr>{heads}</tr></thead>", "<tbody>", *map(row_html, rows), "</tbody>"]
     if foot:
         lines += ["<tfoot>", *map(row_html, foot), "</tfoot>"]
-    lines.append("</table>")
+    lines += ["</table>", "</div>"]
     return "\n".join(lines)
 
 

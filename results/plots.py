@@ -11,13 +11,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 from results.curves import plot_learning_curves  # noqa: E402
+from results.plot_style import attention_legend, attention_style, plain, scatter_attention  # noqa: E402
+from results.plots_extra import scatter_by_task  # noqa: E402
 from results.summary import MAJORITY, is_reference, task_order  # noqa: E402
 
 
-def plot_accuracy(summary: pd.DataFrame, path: Path) -> None:
-    """Grouped bars: test accuracy (mean, std as error bar) per task, one bar per attention; majority dashed."""
+def accuracy_figure(summary: pd.DataFrame) -> Figure:
+    """Grouped bars: test accuracy (mean, std as error bar) per task, one bar per attention in its colour with its
+    marker on top (`results.plot_style`); majority class dashed."""
     tasks = [t for t in task_order([]) if f"{t}_mean" in summary and summary[f"{t}_mean"].notna().any()]
     ours = summary[~is_reference(summary["attention"])]
     majority = summary[summary["attention"] == MAJORITY]
@@ -27,38 +31,44 @@ def plot_accuracy(summary: pd.DataFrame, path: Path) -> None:
     for i, (_, row) in enumerate(ours.iterrows()):
         means = [row[f"{t}_mean"] for t in tasks]
         stds = [0 if pd.isna(row[f"{t}_std"]) else row[f"{t}_std"] for t in tasks]
-        ax.bar(x - 0.4 + (i + 0.5) * width, means, width, yerr=stds, capsize=2, label=row["attention"])
+        where = x - 0.4 + (i + 0.5) * width
+        colour, _ = attention_style(row["attention"])
+        ax.bar(where, means, width, yerr=stds, capsize=2, color=colour, label=plain(row["attention"]))
+        scatter_attention(ax, row["attention"], where, means, s=14, zorder=3, label=plain(row["attention"]))
     if not majority.empty:
         for j, t in enumerate(tasks):
             ax.hlines(majority.iloc[0][f"{t}_mean"], j - 0.45, j + 0.45, colors="k", linestyles="--", linewidth=1)
     ax.set_xticks(x, tasks)
     ax.set_ylabel("test accuracy (%)")
     ax.set_title("LRA test accuracy (dashed: majority class)")
-    ax.legend(fontsize=7, ncol=2 if len(ours) > 8 else 1, bbox_to_anchor=(1.01, 1), loc="upper left")
+    attention_legend(ax, list(ours["attention"]))
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    return fig
+
+
+def plot_accuracy(summary: pd.DataFrame, path: Path) -> None:
+    """`accuracy_figure` written to `path`."""
+    fig = accuracy_figure(summary)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
-def plot_accuracy_vs_time(long: pd.DataFrame, path: Path) -> None:
-    """Each completed run: test accuracy against wall time (log), one colour per attention, marker per task."""
+def time_figure(long: pd.DataFrame) -> Figure:
+    """Each completed run: test accuracy against wall time (log), one panel per task, each attention in its colour
+    and marker."""
     runs = long[(long["status"] == "completed") & (long["metric"] == "test_acc")]
-    markers = dict(zip(task_order(runs["task"].unique()), "osD^vP*X"))
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for attention, part in runs.groupby("attention"):
-        color = None
-        for task, sub in part.groupby("task"):
-            points = ax.scatter(sub["wall_time_s"], 100 * sub["value"], marker=markers.get(task, "o"), color=color,
-                                label=attention if color is None else None, alpha=0.8)
-            color = points.get_facecolor()[0]
-    ax.set_xscale("log")
-    ax.set(xlabel="wall time per run (s)", ylabel="test accuracy (%)",
-           title="accuracy vs wall time (" + ", ".join(f"{m} {t}" for t, m in markers.items()
-                                                     if t in set(runs["task"])) + ")")
-    ax.legend(fontsize=7, ncol=2, bbox_to_anchor=(1.01, 1), loc="upper left")
-    ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    runs = runs[runs["wall_time_s"].notna() & (runs["wall_time_s"] > 0)]
+    if runs.empty:
+        fig, ax = plt.subplots(figsize=(6, 3))
+        ax.set(title="accuracy vs wall time: no completed run records a wall time")
+        return fig
+    return scatter_by_task(runs, "wall_time_s", "wall time per run (s, log)", "accuracy vs wall time")
+
+
+def plot_accuracy_vs_time(long: pd.DataFrame, path: Path) -> None:
+    """`time_figure` written to `path`."""
+    fig = time_figure(long)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -10,46 +11,60 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import NullLocator  # noqa: E402
 
 from results.curves import plot_learning_curves  # noqa: E402
+from results.plot_style import attention_legend, plain, scatter_attention  # noqa: E402
 from results.protocol import compose_protocol  # noqa: E402
 from results.summary import is_reference, task_order  # noqa: E402
 
-MARKERS = "osD^vP*X"
+SPREAD = 0.015  # octaves between neighbouring attentions' points at one length in the length plot
 
 
-def plot_accuracy_vs_throughput(long: pd.DataFrame, path: Path) -> bool:
-    """Each completed run with a throughput: test accuracy (%) against training tokens/s (log), one colour per
-    attention, one marker per task. Returns False (and writes nothing) when no run has both numbers."""
+def save(fig: Figure, path: Path, dpi: int = 100) -> None:
+    """Write a figure as PNG (trimmed to its contents, legends included) and close it."""
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+
+
+def scatter_by_task(runs: pd.DataFrame, x: str, xlabel: str, title: str) -> Figure:
+    """One panel per task (protocol order): each run's test accuracy (%) against its column `x` (log axis), in its
+    attention's colour and marker (`results.plot_style`), with a legend of the attentions it shows."""
+    present = set(runs["task"])
+    tasks = [task for task in task_order(present) if task in present]
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks) + 1.5, 4.5), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        part = runs[runs["task"] == task]
+        names = sorted(part["attention"].unique(), key=str)
+        for name in names:
+            sub = part[part["attention"] == name]
+            scatter_attention(ax, name, sub[x], 100 * sub["value"], s=36, alpha=0.9, label=plain(name))
+        ax.set_xscale("log")
+        ax.set(title=plain(f"{title}: {task}"), xlabel=xlabel, ylabel="test accuracy (%)")
+        ax.grid(True, which="both", alpha=0.3)
+        attention_legend(ax, names)
+    fig.tight_layout()
+    return fig
+
+
+def throughput_figure(long: pd.DataFrame) -> Figure | None:
+    """Each completed run with a throughput: test accuracy (%) against training tokens/s (log), one panel per task;
+    None when no run has both numbers."""
     runs = long[(long["status"] == "completed") & (long["metric"] == "test_acc")]
     runs = runs[runs["tokens_per_s"].notna() & (runs["tokens_per_s"] > 0)]
     if runs.empty:
+        return None
+    return scatter_by_task(runs, "tokens_per_s", "training tokens/s per run (log)", "accuracy vs throughput")
+
+
+def plot_accuracy_vs_throughput(long: pd.DataFrame, path: Path) -> bool:
+    """`throughput_figure` written to `path`; False (and nothing written) when there is none."""
+    fig = throughput_figure(long)
+    if fig is None:
         return False
-    markers = dict(zip(task_order(runs["task"].unique()), MARKERS * 2))
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    colors = {}
-    for attention, part in runs.groupby("attention"):
-        for task, sub in part.groupby("task"):
-            points = ax.scatter(sub["tokens_per_s"], 100 * sub["value"], marker=markers.get(task, "o"),
-                                color=colors.get(attention), alpha=0.8)
-            colors.setdefault(attention, points.get_facecolor()[0])
-    ax.set_xscale("log")
-    ax.set(xlabel="training tokens/s per run (log)", ylabel="test accuracy (%)", title="accuracy vs throughput")
-    present = set(runs["task"])
-    key_legend(ax, colors, {task: marker for task, marker in markers.items() if task in present}, "task")
-    ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    save(fig, path)
     return True
-
-
-def key_legend(ax, colors: dict[str, object], markers: dict[str, str], what: str) -> None:
-    """One legend right of the axes: a colour per attention, then a grey marker per task or tag (`what`)."""
-    handles = [plt.Line2D([], [], marker="o", color=color, linestyle="", label=name) for name, color in colors.items()]
-    handles += [plt.Line2D([], [], marker=marker, color="0.4", linestyle="", label=f"{what}: {name}")
-                for name, marker in markers.items()]
-    ax.legend(handles=handles, fontsize=7, ncol=1 + len(handles) // 16, bbox_to_anchor=(1.01, 1), loc="upper left")
 
 
 def recorded_length(config: object) -> float | None:
@@ -78,39 +93,56 @@ def sequence_lengths(long: pd.DataFrame, configs: dict[str, object]) -> dict[tup
     return lengths
 
 
-def plot_accuracy_vs_length(summary: pd.DataFrame, lengths: dict[tuple[str, str], float], path: Path) -> bool:
-    """Per task, mean test accuracy (%, the summary's ``<task>_mean``) against the sequence length of each tag's
-    protocol, one line per attention joining its tags (quick -> full protocol); one marker per tag.
+def length_ticks(ax, task: str, lengths: dict[tuple[str, str], float]) -> None:
+    """x ticks at each sequence length of `task`, labelled with the length and the tags run at it."""
+    tags_at: dict[float, list[str]] = {}
+    for (tag, t), length in sorted(lengths.items()):
+        if t == task:
+            tags_at.setdefault(length, []).append(textwrap.shorten(plain(tag), 30, placeholder="…"))
+    ax.set_xticks(sorted(tags_at), [f"{length:g}\n" + "\n".join(tags_at[length]) for length in sorted(tags_at)],
+                  fontsize=8)
+    ax.xaxis.set_minor_locator(NullLocator())
 
-    Drawn only for tasks whose runs come at two or more lengths; returns False (and writes nothing) otherwise.
+
+def length_figure(summary: pd.DataFrame, lengths: dict[tuple[str, str], float]) -> Figure | None:
+    """Per task, mean test accuracy (%, the summary's ``<task>_mean``) against the sequence length of each tag's
+    protocol: one point per (attention, tag) in the attention's colour and marker, never a line (tags are protocols
+    of their own: a quick and a full-protocol run differ in more than the length); the x ticks name the tags, and
+    the attentions stand side by side around each length (in name order, within ±SPREAD·n/2 octaves).
+
+    Only tasks whose runs come at two or more lengths; None when there is none.
     """
     ours = summary[~is_reference(summary["attention"])]
     tasks = [task for task in task_order({task for _, task in lengths})
              if len({length for (_, t), length in lengths.items() if t == task}) > 1]
     if not tasks:
-        return False
-    tags = sorted({tag for tag, _ in lengths})
-    markers = dict(zip(tags, MARKERS * 2))
-    fig, axes = plt.subplots(1, len(tasks), figsize=(7.5 * len(tasks), 4.5), squeeze=False)
+        return None
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks) + 1.5, 4.5), squeeze=False)
     for ax, task in zip(axes[0], tasks):
-        colors = {}
-        for attention, part in ours.groupby("attention"):
-            points = [(lengths[(tag, task)], mean, tag) for tag, mean in zip(part["tag"], part[f"{task}_mean"])
-                      if (tag, task) in lengths and pd.notna(mean)]
-            if not points:
-                continue
-            points.sort()
-            line, = ax.plot([p[0] for p in points], [p[1] for p in points], linewidth=1, alpha=0.7)
-            colors[attention] = line.get_color()
-            for length, mean, tag in points:
-                ax.scatter([length], [mean], marker=markers.get(tag, "o"), color=line.get_color(), zorder=3)
+        points = {attention: [(lengths[(tag, task)], mean) for tag, mean in zip(part["tag"], part[f"{task}_mean"])
+                              if (tag, task) in lengths and pd.notna(mean)]
+                  for attention, part in ours.groupby("attention", sort=True)}
+        shown = [attention for attention, found in points.items() if found]
+        for rank, attention in enumerate(shown):
+            spread = 2 ** (SPREAD * (rank - (len(shown) - 1) / 2))  # side by side around the length, not on top
+            for length, mean in points[attention]:  # one series per (attention, tag): nothing joins two protocols
+                scatter_attention(ax, attention, [length * spread], [mean], s=36, alpha=0.9, zorder=3,
+                                  label=plain(attention))
         ax.set_xscale("log")
-        ax.set(title=task, xlabel="sequence length (task.max_len, log)", ylabel="mean test accuracy (%)")
+        length_ticks(ax, task, lengths)
+        ax.set(title=plain(task), xlabel="sequence length (task.max_len, log) and tag", ylabel="mean test accuracy (%)")
         ax.grid(True, which="both", alpha=0.3)
-        key_legend(ax, colors, markers, "tag")
+        attention_legend(ax, shown)
     fig.tight_layout()
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    return fig
+
+
+def plot_accuracy_vs_length(summary: pd.DataFrame, lengths: dict[tuple[str, str], float], path: Path) -> bool:
+    """`length_figure` written to `path`; False (and nothing written) when no task has two lengths."""
+    fig = length_figure(summary, lengths)
+    if fig is None:
+        return False
+    save(fig, path)
     return True
 
 

@@ -21,7 +21,10 @@ import pytest
 from results.__main__ import main
 from results.browser import Chromium, find_chromium
 from results.html import section_id, table_id
+from results.html_runs import run_id
+from results.html_template import code_spans, number, page, table
 from tests.results.leaderboard_records import HOSTILE, write_leaderboard_records
+from tests.results.records import write_record
 
 DEFAULT_LISTOPS = ["softmax", "nystrom", "skyformer", "llops", "linear", "my_attn"]  # published order, then by name
 
@@ -199,3 +202,61 @@ def test_page_in_headless_chromium(site, tmp_path):
     if os.environ.get("LEADERBOARD_SCREENSHOT"):
         shutil.copyfile(shot, os.environ["LEADERBOARD_SCREENSHOT"])
     assert time.monotonic() - started < 60  # the browser part; about 10 s on a busy 2-core machine
+
+
+def test_tables_scroll_inside_their_own_box(site):
+    text = (site / "index.html").read_text(encoding="utf-8")
+    assert re.search(r"\.table-scroll \{ overflow-x: auto; max-width: 100%;", text)
+    tables = re.findall(r"(<[^>]+>)\n<table ", text)
+    assert len(tables) == text.count("<table ") >= 4 and set(tables) == {'<div class="table-scroll">'}
+
+
+def page_text(markup: str) -> str:
+    """What a reader sees of some HTML: the tags dropped, the entities decoded."""
+    return html.unescape(re.sub(r"<[^>]*>", "", markup))
+
+
+def test_duplicate_note_shows_code_not_backticks(tmp_path):
+    older = write_record(tmp_path / "runs" / "a", "listops", "softmax", 0, 0.40, finished_at="2026-01-01T00:00:00")
+    newer = write_record(tmp_path / "runs" / "b", "listops", "softmax", 0, 0.50, finished_at="2026-02-01T00:00:00")
+    assert main([str(tmp_path / "runs"), "--out", str(tmp_path / "tables"), "--html"]) == 0
+    text = (tmp_path / "tables" / "index.html").read_text(encoding="utf-8")
+    note = re.search(r"<li>duplicate.*?</li>", text).group(0)
+    assert "`" not in page_text(text) and "`" not in page_text(note)
+    assert f'<code><a href="#{run_id(newer.as_posix())}">{html.escape(newer.as_posix())}</a></code>' in note
+    assert older.as_posix() in page_text(note)
+
+
+def test_code_spans_escape_and_drop_a_lone_backtick():
+    assert code_spans("as newer `a<b>` and `x") == "as newer <code>a&lt;b&gt;</code> and x"
+    assert code_spans("`p`", lambda p: "#run-1" if p == "p" else None) == '<code><a href="#run-1">p</a></code>'
+
+
+FITS = """(() => {  // the page never scrolls sideways; every table box stays inside the window and scrolls itself
+    const boxes = Array.from(document.querySelectorAll("table"), table => table.parentElement);
+    return {page: document.scrollingElement.scrollWidth, window: window.innerWidth,
+            boxes: boxes.map(box => [box.className, getComputedStyle(box).overflowX,
+                                     box.getBoundingClientRect().right <= window.innerWidth,
+                                     box.scrollWidth > box.clientWidth])};
+})()"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium: apt-get install chromium (.ci/run does where it can)")
+def test_wide_tables_scroll_in_their_box_not_the_page(site, tmp_path):
+    """At 1,400 and 1,000 px: the made-up page, the committed records' page (its microscope and SLAY tables are
+    wider than the window) and a 40-column table never make the page wider than the window."""
+    wide = tmp_path / "wide.html"
+    header = [(f"a long column name {i}", "number") for i in range(40)]
+    wide.write_text(page("wide", table("wide", header, [[number(f"{i:,}", i) for i in range(40)]])), encoding="utf-8")
+    committed = tmp_path / "committed"
+    assert main([str(Path(__file__).resolve().parents[2] / "results" / "runs"), "--out", str(committed),
+                 "--html"]) == 0
+    for width in (1400, 1000):
+        with Chromium(width, 900, binary=CHROMIUM) as browser:
+            for index in (site / "index.html", committed / "index.html", wide):
+                browser.open(index.as_uri())
+                found = browser.evaluate(FITS)
+                assert found["window"] == width and found["page"] <= width, (index, found)
+                assert found["boxes"] and all(box[:3] == ["table-scroll", "auto", True] for box in found["boxes"])
+                if index == wide:
+                    assert found["boxes"][0][3]  # too wide for the window: it scrolls inside its box
