@@ -28,6 +28,7 @@ from typing import Any
 import pandas as pd
 
 from lra.config import compose
+from lra.outputs import TABLES
 
 from ._runs import expected_minutes, run_folder, train_all
 from .plotting import pyplot, save
@@ -141,9 +142,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a seconds-long smoke version (tests)")
     parser.add_argument("--estimate", action="store_true", help="print the runs and the expected time, train nothing")
     parser.add_argument("--out-root", default=str(ANALYSIS_ROOT), help="records go to OUT_ROOT/ar_ablation/")
-    parser.add_argument("--tables", default="results/tables", help="where the table and PNG go")
+    TABLES.add_to(parser)
     parser.add_argument("overrides", nargs="*", help="extra run.py overrides, e.g. task.eval_every=100")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.tables = TABLES.choose(parser, args)
+    return args
 
 
 def plan(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[str], dict[str, tuple[dict, Path]]]:

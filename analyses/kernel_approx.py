@@ -35,6 +35,7 @@ from torch import Tensor
 
 from lra.config import compose
 from lra.model import AttentionBlock
+from lra.outputs import TABLES
 from lra.record import write_json_atomic
 from lra.tasks import ar
 from lra.threads import torch_threads
@@ -294,10 +295,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--depth", type=int, default=4, help="layers of the AR model (>= 3; default 4)")
     parser.add_argument("--quick", action="store_true", help="a seconds-long smoke version (tests)")
     parser.add_argument("--out-root", default=str(ANALYSIS_ROOT), help="record and model under OUT_ROOT/kernel_approx/")
-    parser.add_argument("--tables", default="results/tables", help="where the table and PNG go")
+    TABLES.add_to(parser)
     parser.add_argument("--fit-steps", type=int, default=None, help="Adam steps per learned map (default 3000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sketches and the fits")
     args = parser.parse_args(argv)
+    args.tables = TABLES.choose(parser, args)
     if args.depth < 3:
         parser.error("--depth must be >= 3 so that the first, middle and last layers differ")
     return args

@@ -1,6 +1,7 @@
 """MHLA learning analysis: Algorithm 1 against gradient training (Yau et al., arXiv 2410.10101, Sec. 4).
 
-``python -m analyses.mhla_learning [--quick] [--seeds 3] [--out-root outputs/analyses] [--tables results/tables]``
+``python -m analyses.mhla_learning [--quick] [--seeds 3] [--out-root outputs/analyses] [--tables outputs/tables]``
+(``--committed``: the tables and PNGs go to ``results/tables``, the committed copy)
 
 ``mhla_teacher`` (Fig. 1): a random MHLA teacher with ``d^2`` heads, Gaussian sequences of length T = 100,
 ``(N, d) = (512, 2), (2048, 4)``. Algorithm 1 (``fit_mhla``: least squares on the cubic features, SVD to heads)
@@ -41,6 +42,7 @@ from analyses._mhla_model import fit_mhla, identifiability_certificate
 from analyses._mhla_report import memory_notes, plot_memory, plot_teacher, summarize, teacher_notes
 from analyses._mhla_training import CoefficientModel, MHLAStack, Summary, normalised_mse, train_adamw
 from analyses.record import ANALYSIS_ROOT, tabulate, write_analysis_record
+from lra.outputs import TABLES
 
 TEACHER, MEMORY = "mhla_teacher", "mhla_memory"
 CONVEX = "Alg. 1 (convex)"
@@ -183,8 +185,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, seconds (tests)")
     parser.add_argument("--seeds", type=int, help="number of seeds (default 3, quick 1)")
     parser.add_argument("--out-root", default=str(ANALYSIS_ROOT), help="record root (default: outputs/analyses)")
-    parser.add_argument("--tables", default="results/tables", help="table and PNG folder (default: results/tables)")
-    return parser.parse_args(argv)
+    TABLES.add_to(parser)
+    args = parser.parse_args(argv)
+    args.tables = TABLES.choose(parser, args)
+    return args
 
 
 def write(name: str, rows: list[dict], cells: list[dict], keys: list[str], cfg: Config, started: float,

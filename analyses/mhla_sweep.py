@@ -25,6 +25,7 @@ from analyses._mhla_report import summarize
 from analyses._mhla_training import MHLAStack, Summary, train_adamw
 from analyses.mhla_learning import Config, epoch_seconds, generator
 from analyses.record import ANALYSIS_ROOT, tabulate, write_analysis_record
+from lra.outputs import TABLES
 
 NAME = "mhla_sweep"
 
@@ -88,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, seconds (tests)")
     parser.add_argument("--seeds", type=int, help="seeds (default 3)")
     parser.add_argument("--out-root", default=str(ANALYSIS_ROOT))
-    parser.add_argument("--tables", default="results/tables")
+    TABLES.add_to(parser)
     args = parser.parse_args(argv)
+    args.tables = TABLES.choose(parser, args)
     sweep = QUICK if args.quick else Sweep()
     if args.seeds:
         sweep = Sweep(**{**sweep.__dict__, "seeds": args.seeds})

@@ -7,7 +7,8 @@ Other ``key=value`` words are Hydra overrides as for ``run.py`` (``experiment=qu
 model trained), ``mode`` (``trained``, ``approx`` or ``both``), ``batches``, ``batch_size`` (validation batches
 captured), ``top_k``, ``approx`` (mechanisms), ``features`` (sizes m), ``fit_sequences``, ``fit_steps``,
 ``fit_lr``, ``out`` (records), ``models`` (where models are trained and looked for), ``tables`` (where
-``python -m results`` renders the record; empty: not rendered).
+``python -m results`` renders the record: ``outputs/tables`` unless the word ``--committed`` is given, then
+``results/tables``, the committed copy; empty: not rendered).
 
 trained: each trained model's q, k, v per layer are captured on validation batches; per sequence (real tokens)
 and head the mechanism's implicit matrix (its ``naive`` oracle, ``_microscope_capture``) is compared with
@@ -28,6 +29,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from lra.outputs import TABLES
+
 from ._microscope_approx import DEFAULT_APPROXIMATORS, approximation_rows
 from ._microscope_capture import capture, implicit_matrix, reproduction_error, softmax_matrix
 from ._microscope_figure import approx_figure, trained_figure
@@ -46,7 +49,7 @@ from .record import ANALYSIS_ROOT, tabulate, write_analysis_record
 OWN = {"checkpoint": None, "mode": "both", "batches": 2, "batch_size": 16, "top_k": 8,
        "approx": ",".join(DEFAULT_APPROXIMATORS), "features": "16,32,64", "fit_sequences": 8, "fit_steps": 100,
        "fit_lr": 1e-2, "out": str(ANALYSIS_ROOT), "models": str(MODELS),
-       "tables": "results/tables"}
+       "tables": None}  # None: lra.outputs.TABLES chooses
 MODES = ("trained", "approx", "both")
 NOTES = [
     "trained: each row averages over the captured validation sequences (real tokens only); `_softmax` columns "
@@ -68,7 +71,8 @@ def parse(argv: list[str]) -> tuple[dict, list[str], list[str]]:
         print(__doc__.strip())
         raise SystemExit(0)
     own, overrides, attentions = dict(OWN), [], ["softmax"]
-    for word in argv:
+    committed = "--committed" in argv
+    for word in (word for word in argv if word != "--committed"):
         key, sep, value = word.partition("=")
         if not sep:
             raise SystemExit(f"microscope: expected key=value, got {word!r} (--help lists the keys)")
@@ -80,6 +84,11 @@ def parse(argv: list[str]) -> tuple[dict, list[str], list[str]]:
             overrides.append(word)
     if not any(o.startswith("experiment=") for o in overrides):
         overrides.append("experiment=quick")
+    if own["tables"] != "":
+        if committed and own["tables"] is not None:
+            raise SystemExit(f"microscope: tables={own['tables']} and --committed both say where the tables go: "
+                             f"give one (--committed alone writes {TABLES.committed})")
+        own["tables"] = str(TABLES.folder(own["tables"], committed))
     if own["mode"] not in MODES:
         raise SystemExit(f"microscope: mode must be one of {', '.join(MODES)}, got {own['mode']!r}")
     if own["checkpoint"] and len(attentions) != 1:

@@ -41,6 +41,7 @@ from analyses.record import ANALYSIS_ROOT, tabulate, write_analysis_record
 from attention_zoo.kernel import causal_products, kernel_attention, naive_normalized_attention
 from attention_zoo.slay import laguerre_nodes, positive_random_features, quadrature_yat_kernel
 from attention_zoo.yat import naive_yat, unit
+from lra.outputs import TABLES
 
 NAME = "slay_poly_factor"
 PUBLISHED = "slay_poly_approx_table"
@@ -312,8 +313,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, help="batch B (the paper uses 8)")
     parser.add_argument("--seeds", type=int, help="number of seeds")
     parser.add_argument("--out-root", default=str(ANALYSIS_ROOT), help="record root (default: outputs/analyses)")
-    parser.add_argument("--tables", default="results/tables", help="table and PNG folder (default: results/tables)")
-    return parser.parse_args(argv)
+    TABLES.add_to(parser)
+    args = parser.parse_args(argv)
+    args.tables = TABLES.choose(parser, args)
+    return args
 
 
 def config_from_args(args: argparse.Namespace) -> Config:

@@ -20,6 +20,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import attention_zoo
 from lra.allocator import reuse_freed_memory
+from lra.outputs import BENCH
 
 DEFAULT_NAMES = ["softmax", "linear", "based", "llops", "polysketch", "performer", "cosformer", "nystrom"]
 FIG2 = {"names": ["softmax", "linear", "based", "llops", "polysketch"], "head_dim": 128,
@@ -156,8 +157,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--reuse-memory", action="store_true",
                         help="CPU: keep freed memory for reuse (glibc mallopt) instead of a fresh mmap per "
                              "tensor over 32 MB, whose page faults otherwise dominate memory-bound methods")
-    parser.add_argument("--out", default="results/tables/bench", help="folder for the CSV and PNG")
-    return parser.parse_args(argv)
+    BENCH.add_to(parser)
+    args = parser.parse_args(argv)
+    args.out = BENCH.choose(parser, args)
+    return args
 
 
 def parse_options(settings: list[str], names: list[str]) -> dict[str, dict]:

@@ -40,6 +40,7 @@ from attention_zoo import extra_inputs
 from lra.allocator import reuse_freed_memory
 from lra.config import compose
 from lra.model import AttentionBlock
+from lra.outputs import BENCH
 from lra.tasks.listops import LitModule
 
 MECHANISMS = ["softmax", "nystrom", "performer", "linformer", "skyformer"]
@@ -190,11 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-ours", nargs="*", default=["softmax"],
                         help="mechanisms also timed with our attention under torch.utils.checkpoint")
     parser.add_argument("--default-allocator", action="store_true", help="leave glibc's allocator as it is")
-    parser.add_argument("--out", default="results/tables/bench")
+    BENCH.add_to(parser)
     parser.add_argument("--merge", action="store_true",
                         help="keep the other mechanisms' rows of an existing port_step.csv (re-measure some only)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for our models, e.g. model.dropout=0.1")
     args = parser.parse_args(argv)
+    args.out = BENCH.choose(parser, args)
     if args.length & (args.length - 1):
         parser.error("--length must be a power of two (the port pads ListOps to 2048)")
     port = load_port(args.port_src)

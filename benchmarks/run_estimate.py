@@ -42,6 +42,7 @@ from benchmarks.flops import counter, gemm_gflops
 from lra.allocator import reuse_freed_memory
 from lra.config import compose
 from lra.errors import UserError
+from lra.outputs import BENCH
 from lra.threads import torch_threads
 from lra.train import task_module
 
@@ -178,9 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cores", type=int, default=2, help="cores the floor assumes (default 2, the target's)")
     parser.add_argument("--gemm-gflops", type=float, default=None,
                         help="one core's GEMM rate for the floor (default: measured here, one thread)")
-    parser.add_argument("--out", default="results/tables/bench")
+    BENCH.add_to(parser)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. data_dir=... or task.max_steps=...")
     args = parser.parse_args(argv)
+    args.out = BENCH.choose(parser, args)
     if args.warmup < 1 or args.steps < 1 or args.every < 1:
         parser.error("--warmup, --steps and --every must be at least 1 (the first step is never timed)")
     for name in ("pytorch_lightning", "lightning_fabric", "lightning.pytorch"):

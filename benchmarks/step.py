@@ -26,6 +26,7 @@ from lra.allocator import reuse_freed_memory
 from lra.config import CONF_DIR, compose
 from lra.errors import UserError
 from lra.model import AttentionBlock
+from lra.outputs import BENCH
 from lra.train import task_module, task_names
 
 LONGEST = 4096  # tasks with longer sequences (Path-X: 16384 tokens) are timed only when --tasks names them
@@ -116,9 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--default-allocator", action="store_true",
                         help="leave glibc's allocator as it is (training sets reuse_freed_memory, so do we)")
-    parser.add_argument("--out", default="results/tables/bench")
+    BENCH.add_to(parser)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run, e.g. model.depth=4")
     args = parser.parse_args(argv)
+    args.out = BENCH.choose(parser, args)
     logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)  # one Trainer per measurement
     if not args.default_allocator:
         reuse_freed_memory()

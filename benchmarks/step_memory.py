@@ -37,6 +37,7 @@ from benchmarks.loading import LoadingTimer
 from benchmarks.step import VOCAB, synthetic_batch
 from lra.allocator import reuse_freed_memory
 from lra.config import compose
+from lra.outputs import BENCH
 from lra.train import task_module
 
 TASKS = ["text", "retrieval"]
@@ -145,10 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=2, help="steps per cell (the first allocates AdamW's state)")
     parser.add_argument("--guard-gib", type=float, default=6.0, help="data-segment cap of each cell; 0: none")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per cell")
-    parser.add_argument("--out", default="results/tables/bench")
+    BENCH.add_to(parser)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every cell, e.g. experiment=quick")
     args = parser.parse_args(argv)
+    args.out = BENCH.choose(parser, args)
     for name in ("pytorch_lightning", "lightning_fabric", "lightning.pytorch"):
         logging.getLogger(name).setLevel(logging.WARNING)
     if args.child:

@@ -27,6 +27,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from lra.outputs import BENCH
+
 ROOT = Path(__file__).resolve().parents[1]
 SPIN = "import itertools\nfor _ in itertools.count():\n    pass\n"  # one core busy, no OpenMP
 
@@ -94,9 +96,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="PASSIVE, ACTIVE or spin:N (GOMP_SPINCOUNT=N); the first is used for one thread. "
                              "A first case always runs with none of them set: the suite's own choice")
     parser.add_argument("--loads", nargs="+", default=["idle", "busy"], choices=["idle", "busy"])
-    parser.add_argument("--out", default="results/tables/bench")
+    BENCH.add_to(parser)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every case")
     args = parser.parse_args(argv)
+    args.out = BENCH.choose(parser, args)
     cases = [(None, "suite")] + [(t, p) for t, p in itertools.product(args.threads, args.policies)
                                  if t > 1 or p == args.policies[0]]  # one thread never waits at a barrier
     rows = []
