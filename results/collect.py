@@ -16,7 +16,17 @@ import pandas as pd
 
 from lra.config import CONF_DIR
 from lra.record import ANALYSIS_KIND, RECORD_NAME, REQUIRED_FIELDS, AnalysisRecord, RunRecord
-from results.protocol import SECTIONS, UNCHECKED, config_drift, drift_message, has_protocol, reference_config
+from results.protocol import (  # noqa: F401  (base_tag, only_yours: the sections' names, used with collect)
+    SECTION_SEP,
+    SECTIONS,
+    UNCHECKED,
+    YOURS,
+    base_tag,
+    drift_pairs,
+    has_protocol,
+    only_yours,
+    reference_config,
+)
 from results.safe_read import UnsafeFile, read_limited
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
@@ -29,6 +39,7 @@ COLUMNS = [
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # an analysis or published-table name: one plain file stem
 REFERENCE_DIR = Path(__file__).with_name("reference")
 MAX_SEED = 2**32 - 1  # the largest seed run.py accepts (numpy's)
+COMMITTED_RUNS = Path(__file__).resolve().parent / "runs"  # the committed records (results.archive writes there)
 
 
 @dataclass(frozen=True)
@@ -244,7 +255,9 @@ def mark_duplicates(runs: list[dict]) -> list[Problem]:
 
 
 def mark_drift(runs: list[dict], conf_dir: Path = CONF_DIR) -> list[Problem]:
-    """Mark completed runs whose settings differ from their (tag, task, experiment) reference "config drift".
+    """Give completed runs whose settings differ from their (tag, task, experiment) reference a section of their
+    own, `"<tag> · key=value, ..."` (the differing settings): runs that differ in the same way are averaged
+    together, never with the protocol's. Returns no problems (kept for the caller's shape).
 
     Each checked run's `protocol` says what it was checked against (see `results.protocol.reference_config`);
     completed runs without a recorded config are "unchecked".
@@ -260,11 +273,21 @@ def mark_drift(runs: list[dict], conf_dir: Path = CONF_DIR) -> list[Problem]:
         reference, source = reference_config(tag, task, [run["config"] for run in group], conf_dir, experiment)
         for run in group:
             run["protocol"] = source
-            differences = config_drift(run["config"], reference)
+            differences = drift_pairs(run["config"], reference)
             if differences:
-                run["status"] = "config drift"
-                problems.append(Problem(run["path"], "config drift", drift_message(differences), tag, run_label(run)))
+                settings = ", ".join(f"{key}={mine}" for key, mine, _ in differences)
+                run["tag"] = f"{tag}{SECTION_SEP}{settings}"
     return problems
+
+
+def mark_yours(runs: list[dict], committed: Path = COMMITTED_RUNS) -> None:
+    """When committed records (under `committed`) and others were read together, put the others in sections
+    of their own (`"<tag> · yours"`): a run of yours never replaces or joins a committed number."""
+    inside = [Path(run["path"]).resolve().is_relative_to(committed.resolve()) for run in runs]
+    if any(inside) and not all(inside):
+        for run, is_committed in zip(runs, inside, strict=True):
+            if not is_committed:
+                run["tag"] = f"{run['tag']}{SECTION_SEP}{YOURS}"
 
 
 def to_long(runs: list[dict]) -> pd.DataFrame:
@@ -286,13 +309,15 @@ def to_long(runs: list[dict]) -> pd.DataFrame:
     return long.drop(columns="_order").reset_index(drop=True)
 
 
-def collect(roots: list[str | Path], conf_dir: Path = CONF_DIR) -> tuple[pd.DataFrame, list[Problem]]:
+def collect(roots: list[str | Path], conf_dir: Path = CONF_DIR,
+            committed: Path = COMMITTED_RUNS) -> tuple[pd.DataFrame, list[Problem]]:
     """Read every `result.json` under `roots`.
 
     A run found under two roots (an archived copy and its original) counts once, from the first root.
     Returns the long table (columns `COLUMNS`, accuracies as fractions) and the problems: malformed files,
-    failed runs, runs off their tag's protocol (`conf_dir` composes it), superseded duplicates, completed runs
-    without test_acc and rejected metric values. Only rows with status "completed" are meant to be averaged.
+    failed runs, superseded duplicates, completed runs without test_acc and rejected metric values. Runs off their
+    tag's protocol (`conf_dir` composes it) and, beside committed records (under `committed`), your own runs get
+    sections of their own (`mark_drift`, `mark_yours`). Only rows with status "completed" are meant to be averaged.
     """
     paths = find_records(roots)
     runs, problems, seen = [], [], set()
@@ -315,5 +340,6 @@ def collect(roots: list[str | Path], conf_dir: Path = CONF_DIR) -> tuple[pd.Data
         runs.append(run)
         problems.extend(found)
     problems.extend(mark_drift(runs, conf_dir))
+    mark_yours(runs, committed)
     problems.extend(mark_duplicates(runs))
     return to_long(runs), problems

@@ -19,11 +19,27 @@ from data_prep.atomic import write_atomic
 from results.collect import CLASSIC_TASKS, Problem
 from results.html_runs import analyses_part, problems_list, read_configs, run_id, runs_part, short_id
 from results.html_template import Cell, esc, figure, inline, number, page, table, text
-from results.markdown import attention_order, format_cell, format_delta, reading_notes, shown_tasks, tag_notes
+from results.markdown import (
+    attention_order,
+    format_cell,
+    format_delta,
+    reading_notes,
+    section_order,
+    shown_tasks,
+    tag_notes,
+)
 from results.plots_extra import plot_accuracy_vs_length, plot_accuracy_vs_throughput, sequence_lengths
-from results.protocol import DEFAULT_TAG, FROM_CONF, MOST_COMMON, UNCHECKED, experiment_for, protocol_notes
-from results.summary import (AVERAGE, REFERENCE_ROWS, REFERENCES, add_published, best_flags, follows, is_reference,
-                             shown_beside)
+from results.protocol import FROM_CONF, MOST_COMMON, UNCHECKED, experiment_for, protocol_notes
+from results.summary import (
+    AVERAGE,
+    REFERENCE_ROWS,
+    REFERENCES,
+    add_published,
+    best_flags,
+    follows,
+    is_reference,
+    shown_beside,
+)
 
 PAGE, IMAGES = "index.html", "index_files"
 OWN_IMAGE = re.compile(r"(run|throughput)-[0-9a-f]{12}\.png|length\.png|analysis-[A-Za-z0-9][A-Za-z0-9_.-]*\.png")
@@ -182,7 +198,7 @@ def write_site(out: str | Path, summary: pd.DataFrame, long: pd.DataFrame, probl
     wide = add_published(summary, frames)
     lengths = sequence_lengths(long, configs)
     found = set(summary["tag"]) | {p.tag for p in problems if p.tag is not None}
-    tags = sorted(found, key=lambda tag: (tag != DEFAULT_TAG, tag))
+    tags = sorted(found, key=section_order)
     references = {REFERENCES.get(stem, stem): frame for stem, frame in frames.items()}
     body, written, sections = [], [], {}
     for tag in tags:

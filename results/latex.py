@@ -6,7 +6,7 @@ import re
 
 import pandas as pd
 
-from results.markdown import attention_order, shown_tasks
+from results.markdown import attention_order, section_order, shown_tasks
 from results.protocol import DEFAULT_TAG
 from results.summary import AVERAGE, REFERENCE_ROWS, best_flags, is_reference, shown_beside
 
@@ -78,7 +78,7 @@ def tag_tabular(tag: str, summary: pd.DataFrame, references: dict[str, pd.DataFr
 
 def to_latex(summary: pd.DataFrame, references: dict[str, pd.DataFrame]) -> str:
     """The whole `lra.tex`: one table per tag (default first); needs `\\usepackage{booktabs}`."""
-    tags = sorted(summary["tag"].unique(), key=lambda tag: (tag != DEFAULT_TAG, tag))
+    tags = sorted(summary["tag"].unique(), key=section_order)
     parts = [r"% Long Range Arena tables written by `python -m results`; needs \usepackage{booktabs}."]
     parts += [tag_tabular(tag, summary[summary["tag"] == tag].reset_index(drop=True), references) for tag in tags]
     return "\n\n".join(parts) + "\n"

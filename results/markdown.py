@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from results.collect import CLASSIC_TASKS, UNTAGGED, Problem
+from results.collect import CLASSIC_TASKS, SECTION_SEP, UNTAGGED, YOURS, Problem, base_tag, only_yours
 from results.escapes import ESCAPE_AT, escape_steps
 from results.markdown_text import md_code, md_text
 from results.protocol import DEFAULT_TAG, TRAINER_KEYS
@@ -102,7 +102,8 @@ def tag_table(tag: str, summary: pd.DataFrame, references: dict[str, pd.DataFram
             if mine is not None:
                 n = None if task == AVERAGE else mine[f"{task}_n"]
                 escaped = mine.get(f"{task}_escaped")
-                row.append(bold(format_cell(mean, mine[f"{task}_std"], n, escaped), best.loc[attention, f"{task}_mean"]))
+                cell = format_cell(mean, mine[f"{task}_std"], n, escaped)
+                row.append(bold(cell, best.loc[attention, f"{task}_mean"]))
             else:
                 row.append("")
             for label, frame in references.items():
@@ -136,9 +137,11 @@ def runs_table(long: pd.DataFrame) -> str:
         metric = values.loc[run.path] if run.path in values.index else pd.Series(dtype="float64")
         escape = [] if not with_escape else [
             "" if run.path not in steps.index else ("never" if pd.isna(steps[run.path]) else f"{steps[run.path]:,}")]
-        rows.append([md_text(run.attention), md_text(run.task), md_text(run.seed), format_cell(100 * metric.get("test_acc", math.nan)),
+        rows.append([md_text(run.attention), md_text(run.task), md_text(run.seed),
+                     format_cell(100 * metric.get("test_acc", math.nan)),
                      format_cell(100 * metric.get("val_acc", math.nan)), *escape, format_hours(run.wall_time_s),
-                     "" if pd.isna(run.tokens_per_s) else f"{run.tokens_per_s:,.0f}", md_text(str(run.git_sha or "")[:7])])
+                     "" if pd.isna(run.tokens_per_s) else f"{run.tokens_per_s:,.0f}",
+                     md_text(str(run.git_sha or "")[:7])])
     header = ["attention", "task", "seed", "test acc", "val acc", *(["escape step"] if with_escape else []),
               "wall time", "train tokens/s", "git sha"]
     return markdown_table(header, rows)
@@ -174,7 +177,10 @@ def reading_notes(references: dict[str, pd.DataFrame]) -> str:
         "Runs with different `tag`s are never averaged together: each tag has its own section.",
         "Config drift: a run whose `task` or `model` settings (data locations and loader workers aside) or trainer "
         f"{', '.join(TRAINER_KEYS)} differ from its tag's protocol (the repo's Hydra config for that task and the "
-        "tag's experiment) is listed under Not averaged, with the differing settings.",
+        "tag's experiment) gets a section of its own, named by the differing settings (`<tag> · key=value, ...`) and "
+        "averaged only with runs that differ the same way (e.g. a comparison at fewer `task.max_steps`). Read beside "
+        "the committed records (`results/runs/`), your own runs get sections `<tag> · yours`: they never replace or "
+        "join a committed number. A cell whose runs come from several commits says so under its table.",
     ]
     return "\n".join(f"- {line}" for line in lines)
 
@@ -182,10 +188,19 @@ def reading_notes(references: dict[str, pd.DataFrame]) -> str:
 def tag_notes(tag: str, summary: pd.DataFrame) -> list[str]:
     """Under one tag's table: a warning unless it is the full protocol, and the classic tasks not run."""
     lines = []
-    if tag == QUICK_TAG:
+    if SECTION_SEP in tag:
+        base = base_tag(tag)
+        if not only_yours(tag):
+            lines.append(f"These runs differ from tag `{md_code(base)}`'s protocol in the settings the heading "
+                         f"names: they are averaged only with runs that differ in the same way, never with "
+                         f"`{md_code(base)}`'s.")
+        if tag.endswith(SECTION_SEP + YOURS):
+            lines.append("Your runs (outside `results/runs/`): shown apart from the committed runs of this tag, "
+                         "never averaged with them.")
+    if base_tag(tag) == QUICK_TAG:
         lines.append("**Pipeline check at reduced scale** (ListOps lengths 50-200, 1.5k steps on a CPU): it shows "
                      "that every attention trains, not how they rank; no published number is comparable.")
-    elif tag != DEFAULT_TAG:
+    elif base_tag(tag) != DEFAULT_TAG and SECTION_SEP not in tag:
         tagged = "carry no `tag`" if tag == UNTAGGED else f"are tagged `{md_code(tag)}`, not `{DEFAULT_TAG}`"
         lines.append(f"These runs {tagged}: a published table is shown beside them only when it follows the "
                      f"same protocol.")
@@ -193,6 +208,23 @@ def tag_notes(tag: str, summary: pd.DataFrame) -> list[str]:
         absent = [task for task in CLASSIC_TASKS if pd.isna(row[f"{task}_mean"])]
         if absent:
             lines.append(f"Missing for `{md_code(row['attention'])}` (no completed run): {', '.join(absent)}.")
+    return lines
+
+
+def section_order(tag: str) -> tuple:
+    """`default` first, then by the tag the runs were made under, its own runs before sections apart from it."""
+    return base_tag(tag) != DEFAULT_TAG, base_tag(tag), tag
+
+
+def mixed_versions(long: pd.DataFrame) -> list[str]:
+    """A note for every cell whose runs come from more than one commit (`git_sha`)."""
+    done = long[(long["status"] == "completed") & (long["metric"] == "test_acc")]
+    lines = []
+    for (attention, task), runs in done.groupby(["attention", "task"], sort=True):
+        shas = sorted({str(sha)[:7] for sha in runs["git_sha"].dropna()})
+        if len(shas) > 1:
+            lines.append(f"`{md_code(attention)}` {md_text(task)} averages runs of {len(shas)} code versions "
+                         f"({', '.join(shas)}).")
     return lines
 
 
@@ -205,15 +237,16 @@ def to_markdown(summary: pd.DataFrame, problems: list[Problem], references: dict
     full-protocol section also lists each run's wall time and throughput.
     """
     found = set(summary["tag"]) | {p.tag for p in problems if p.tag is not None}
-    tags = sorted(found, key=lambda tag: (tag != DEFAULT_TAG, tag))
+    tags = sorted(found, key=section_order)
     parts = ["# Long Range Arena: test accuracy (%)", reading_notes(references)]
     for tag in tags:
         mine = summary[summary["tag"] == tag]
         parts += [f"## tag `{md_code(tag)}`", tag_table(tag, mine, references, published_rows)]
         lines = tag_notes(tag, mine) + (notes or {}).get(tag, [])
+        lines += [] if long is None else mixed_versions(long[long["tag"] == tag])
         if lines:
             parts.append("\n".join(f"- {line}" for line in lines))
-        if long is not None and tag != QUICK_TAG and (long["tag"] == tag).any():
+        if long is not None and base_tag(tag) != QUICK_TAG and (long["tag"] == tag).any():
             parts += ["Runs (wall time: training, validation and test, summed over resumed segments; tokens/s: "
                       "real (unpadded) training tokens per second of fitting, validation passes included):",
                       runs_table(long[long["tag"] == tag])]

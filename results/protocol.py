@@ -28,7 +28,19 @@ ABSENT = "<absent>"
 IMPLICIT = {"task.optim.schedule": "linear", "model.attention_dropout": 0.0,
             "task.data.generate.contour_length": 14, "task.data.generate.close_brackets": True}
 SHOWN_DIFFERENCES = 6
+# a section of runs apart from their tag's: "<tag> · <settings that differ from its protocol>" and/or "· yours"
+SECTION_SEP, YOURS = " · ", "yours"
 FROM_CONF, MOST_COMMON, UNCHECKED = "conf", "most common", "unchecked"
+
+
+def base_tag(tag: str) -> str:
+    """The tag a section's runs were made under (`"quick · task.max_steps=200"` -> `"quick"`)."""
+    return str(tag).split(SECTION_SEP)[0]
+
+
+def only_yours(tag: str) -> bool:
+    """Whether a section differs from its tag's only by holding your runs (same protocol)."""
+    return all(part == YOURS for part in str(tag).split(SECTION_SEP)[1:])
 
 
 def experiment_for(tag: str, task: str, conf_dir: Path = CONF_DIR) -> str | None:
@@ -85,15 +97,16 @@ def protocol_view(config: dict) -> dict[str, object]:
     return view
 
 
+def drift_pairs(config: dict, protocol: dict) -> list[tuple[str, object, object]]:
+    """(key, ours, the protocol's) for every protocol setting where `config` differs from `protocol`, by key."""
+    ours, theirs = protocol_view(config), protocol_view(protocol)
+    pairs = [(key, ours.get(key, ABSENT), theirs.get(key, ABSENT)) for key in sorted(ours.keys() | theirs.keys())]
+    return [(key, mine, reference) for key, mine, reference in pairs if mine != reference]
+
+
 def config_drift(config: dict, protocol: dict) -> list[str]:
     """How `config` differs from `protocol`, one "key=ours (protocol theirs)" per setting, sorted by key."""
-    ours, theirs = protocol_view(config), protocol_view(protocol)
-    differences = []
-    for key in sorted(ours.keys() | theirs.keys()):
-        mine, reference = ours.get(key, ABSENT), theirs.get(key, ABSENT)
-        if mine != reference:
-            differences.append(f"{key}={mine} (protocol {reference})")
-    return differences
+    return [f"{key}={mine} (protocol {reference})" for key, mine, reference in drift_pairs(config, protocol)]
 
 
 def drift_message(differences: list[str]) -> str:
@@ -122,11 +135,12 @@ def reference_config(tag: str, task: str, configs: list[dict], conf_dir: Path = 
 def protocol_notes(long: pd.DataFrame) -> dict[str, list[str]]:
     """Per tag, a note for each task checked against its runs' most common config and for unchecked runs."""
     runs = long.drop_duplicates("path")
+    runs = runs.assign(tag=runs["tag"].map(base_tag))
     notes: dict[str, list[str]] = {}
     for (tag, task), part in runs[runs["protocol"] == MOST_COMMON].groupby(["tag", "task"], sort=True):
         notes.setdefault(tag, []).append(
-            f"{md_text(task)}: no experiment config for tag `{md_code(tag)}` in `conf/`, so config drift is judged against "
-            f"the most common config among its {len(part)} checked run(s).")
+            f"{md_text(task)}: no experiment config for tag `{md_code(tag)}` in `conf/`, so config drift is judged "
+            f"against the most common config among its {len(part)} checked run(s).")
     for tag, part in runs[runs["protocol"] == UNCHECKED].groupby("tag", sort=True):
         notes.setdefault(tag, []).append(f"{len(part)} completed run(s) record no config: not checked for drift.")
     return notes

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from results.collect import CLASSIC_TASKS, TASKS
+from results.collect import CLASSIC_TASKS, TASKS, base_tag, only_yours
 
 REFERENCE_DIR = Path(__file__).parent / "reference"
 MAJORITY = "(majority class)"
@@ -111,20 +111,22 @@ def load_reference(name: str = "lra_llops_table", index: str | None = "method") 
 def follows(tag: str, frame: pd.DataFrame) -> bool:
     """Whether runs of `tag` follow the protocol of the published table `frame` (so ours − published means
     something)."""
-    return frame.attrs.get("protocol") == tag
+    return frame.attrs.get("protocol") == base_tag(tag) and only_yours(tag)
 
 
 def shown_beside(tag: str, frame: pd.DataFrame) -> bool:
     """Whether the published table `frame` is shown in `tag`'s section: its own protocol's runs, and the
     full-protocol runs for tables of a protocol of their own or in `CONTEXT_BESIDE_DEFAULT` (then without a delta)."""
     beside_default = frame.attrs.get("beside_default", frame.attrs.get("protocol") is None)
-    return follows(tag, frame) or (tag == FULL_PROTOCOL_TAG and bool(beside_default))
+    full = base_tag(tag) == FULL_PROTOCOL_TAG and only_yours(tag)
+    return follows(tag, frame) or (full and bool(beside_default))
 
 
 def best_flags(summary: pd.DataFrame) -> pd.DataFrame:
     """True where a `<task>_mean` is its tag's highest among our attentions at the shown 2 decimals (ties: all).
 
-    The reference rows (majority class, rules) are never best. Columns: the summary's `*_mean` columns; index: the summary's.
+    The reference rows (majority class, rules) are never best. Columns: the summary's `*_mean` columns; index: the
+    summary's.
     """
     means = summary[[column for column in summary.columns if column.endswith("_mean")]].round(DISPLAY_DECIMALS)
     ours = ~is_reference(summary["attention"])

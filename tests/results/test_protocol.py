@@ -114,23 +114,27 @@ def quick():
     return compose_protocol("quick", "listops")
 
 
-def test_drifted_run_is_flagged_and_not_averaged(tmp_path, quick):
+def test_drifted_runs_form_a_section_named_by_their_settings(tmp_path, quick):
     lr = quick["task"]["optim"]["lr"]
     protocol_record(tmp_path / "a", quick, "softmax", 0, 0.40, finished_at="2026-01-01T00:00:00")
     protocol_record(tmp_path / "a", quick, "softmax", 1, 0.44)
-    protocol_record(tmp_path / "b", changed(quick, **{"task.optim.lr": lr * 10}), "softmax", 0, 0.90,
-                    finished_at="2026-02-01T00:00:00")
+    faster = changed(quick, **{"task.optim.lr": lr * 10})
+    protocol_record(tmp_path / "b", faster, "softmax", 0, 0.90, finished_at="2026-02-01T00:00:00")
+    protocol_record(tmp_path / "b", faster, "softmax", 1, 0.80)
+    protocol_record(tmp_path / "c", changed(quick, **{"task.max_steps": 100}), "softmax", 0, 0.30)
     long, problems = collect([tmp_path])
-    assert [(p.kind, p.run) for p in problems] == [("config drift", "listops/softmax/seed 0")]
-    assert "/b/" in problems[0].path and problems[0].message == f"task.optim.lr={lr * 10} (protocol {lr})"
+    assert problems == []
     runs = long.drop_duplicates("path").set_index("path")
-    assert sorted(runs["status"]) == ["completed", "completed", "config drift"]
-    assert set(runs["protocol"]) == {FROM_CONF}
-    summary = summarize(long)
-    row = summary[summary["attention"] == "softmax"].iloc[0]
-    assert row["listops_mean"] == pytest.approx(42.0) and row["listops_n"] == 2  # the older protocol seed 0 stays
-    markdown = to_markdown(summary, problems, {})
-    assert "Not averaged (1):" in markdown and "- config drift: `" in markdown and "task.optim.lr=" in markdown
+    assert set(runs["status"]) == {"completed"} and set(runs["protocol"]) == {FROM_CONF}
+    section_lr, section_steps = f"quick · task.optim.lr={lr * 10}", "quick · task.max_steps=100"
+    assert sorted(set(runs["tag"])) == ["quick", section_steps, section_lr]
+    summary = summarize(long).set_index(["tag", "attention"])
+    assert summary.loc[("quick", "softmax"), "listops_mean"] == pytest.approx(42.0)  # the protocol's seeds only
+    assert summary.loc[(section_lr, "softmax"), "listops_mean"] == pytest.approx(85.0)
+    assert summary.loc[(section_lr, "softmax"), "listops_n"] == 2
+    markdown = to_markdown(summarize(long), problems, {}, long=long)
+    assert f"## tag `{section_lr}`" in markdown and "differ from tag `quick`'s protocol" in markdown
+    assert "Not averaged" not in markdown
 
 
 def test_unknown_tag_falls_back_to_most_common_config(tmp_path, quick):
@@ -140,8 +144,8 @@ def test_unknown_tag_falls_back_to_most_common_config(tmp_path, quick):
     protocol_record(tmp_path, changed(ablation, **{"model.depth": 6}), "based", 0, 0.60)
     write_record(tmp_path, "listops", "linear", 0, 0.30, tag="ablation")  # no recorded config: unchecked
     long, problems = collect([tmp_path])
-    assert [(p.kind, p.run) for p in problems] == [("config drift", "listops/based/seed 0")]
-    assert problems[0].message.startswith("model.depth=6 (protocol ")
+    assert problems == []
+    assert long.drop_duplicates("path").set_index("attention")["tag"]["based"] == "ablation · model.depth=6"
     protocols = long.drop_duplicates("path").set_index("attention")["protocol"]
     assert protocols.to_dict() == {"based": MOST_COMMON, "linear": UNCHECKED, "llops": MOST_COMMON,
                                    "softmax": MOST_COMMON}
@@ -151,7 +155,8 @@ def test_unknown_tag_falls_back_to_most_common_config(tmp_path, quick):
     assert "1 completed run(s) record no config" in notes["ablation"][1]
     markdown = to_markdown(summarize(long), problems, {}, notes=notes)
     assert "no experiment config for tag `ablation`" in markdown
-    assert set(summarize(long)["attention"]) == {"softmax", "llops", "linear", "(majority class)"}
+    ablation_rows = summarize(long).query("tag == 'ablation'")["attention"]
+    assert set(ablation_rows) == {"softmax", "llops", "linear", "(majority class)"}  # based: its own section
 
 
 def test_failed_runs_are_not_checked(tmp_path, quick):
@@ -174,7 +179,7 @@ def test_a_recorded_experiment_is_the_protocol_whatever_the_tag(tmp_path, quick)
     protocol_record(tmp_path, mine, "softmax", 0, 0.40, experiment="quick")
     protocol_record(tmp_path, changed(mine, **{"task.max_steps": 7}), "softmax", 1, 0.41, experiment="quick")
     long, problems = collect([tmp_path])
-    assert [(p.kind, p.message) for p in problems] == [("config drift", "task.max_steps=7 (protocol 1500)")]
+    assert problems == [] and set(long["tag"]) == {"mine", "mine · task.max_steps=7"}
     assert set(long.drop_duplicates("path")["protocol"]) == {FROM_CONF}
 
 
@@ -189,3 +194,20 @@ def test_old_records_without_the_field_are_still_judged_by_their_tag(tmp_path, q
     protocol_record(tmp_path, changed(quick, tag="mine"), "softmax", 0, 0.40)
     long, _ = collect([tmp_path])
     assert set(long["protocol"]) == {MOST_COMMON}  # no experiment named like the tag: as before the field
+
+
+def test_your_runs_beside_committed_ones_get_a_section_of_their_own(tmp_path, quick):
+    committed, yours = tmp_path / "results/runs", tmp_path / "outputs"
+    protocol_record(committed, quick, "softmax", 0, 0.40, git_sha="a" * 40)
+    protocol_record(committed, quick, "softmax", 1, 0.44, git_sha="b" * 40)
+    protocol_record(yours, quick, "softmax", 0, 0.90, finished_at="2027-01-01T00:00:00")  # newer, same seed
+    long, problems = collect([committed, yours], committed=committed)
+    summary = summarize(long).set_index(["tag", "attention"])
+    assert summary.loc[("quick", "softmax"), "listops_mean"] == pytest.approx(42.0)  # not replaced by yours
+    assert summary.loc[("quick · yours", "softmax"), "listops_mean"] == pytest.approx(90.0)
+    assert problems == []
+    markdown = to_markdown(summarize(long), problems, {}, long=long)
+    assert "## tag `quick · yours`" in markdown and "Your runs (outside `results/runs/`)" in markdown
+    assert "`softmax` listops averages runs of 2 code versions (aaaaaaa, bbbbbbb)." in markdown
+    alone, _ = collect([yours], committed=committed)
+    assert set(alone["tag"]) == {"quick"}  # only your runs: nothing to keep apart
