@@ -1,4 +1,5 @@
-"""Callbacks: checkpoint on preemption signals and Ctrl-C so that a rerun resumes exactly; stop a diverged run."""
+"""Callbacks: checkpoint on preemption signals and Ctrl-C so that a rerun resumes exactly; stop a diverged run;
+show progress in steps of ``task.max_steps``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import TQDMProgressBar
+from pytorch_lightning.callbacks.progress.tqdm_progress import Tqdm
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from .errors import Diverged
@@ -170,3 +173,49 @@ class ValidationProgress(pl.Callback):
         best_text = f" (best {best:.4f})"
         print(f"{self.label}: step {step}/{total} val_acc {float(acc):.4f}{best_text}, {elapsed / 60:.1f} min "
               f"elapsed{to_go}", file=sys.stderr, flush=True)
+
+
+class StepProgressBar(TQDMProgressBar):
+    """Lightning's TQDM progress bar, counting optimizer steps up to ``trainer.max_steps`` (``task.max_steps``).
+
+    A run is bounded by steps, not epochs (Lightning then sets ``max_epochs=-1``), so Lightning's own bars count
+    the batches of the current epoch ("Epoch 0/-2" in the rich one); this one reads ``step: 40%|... | 200/500``
+    for the whole run. A resumed run's bar starts at the step it resumed from, and its rate and time to go count
+    this segment's steps only (tqdm's ``initial``). Without a step bound (``max_steps=-1``) it is Lightning's
+    bar unchanged.
+    """
+
+    DESCRIPTION = "step"
+
+    @staticmethod
+    def counts_steps(trainer: pl.Trainer) -> bool:
+        return trainer.max_steps > 0
+
+    def init_train_tqdm(self) -> Tqdm:
+        """The training bar: ``global_step`` of ``max_steps`` done (Lightning's settings otherwise)."""
+        if not self.counts_steps(self.trainer):
+            return super().init_train_tqdm()
+        step = self.trainer.global_step
+        return Tqdm(desc=self.DESCRIPTION, total=self.trainer.max_steps, initial=step, unit="step",
+                    position=2 * self.process_position, disable=self.is_disabled, leave=True, dynamic_ncols=True,
+                    file=sys.stdout, smoothing=0, bar_format=self.BAR_FORMAT)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, *args) -> None:
+        if not self.counts_steps(trainer):
+            super().on_train_epoch_start(trainer, *args)
+        # else: one bar for the whole run, a new epoch does not restart it
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch,
+                           batch_idx: int) -> None:
+        if not self.counts_steps(trainer):
+            return super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        bar, step = self.train_progress_bar, trainer.global_step  # with task.micro_batches: whole steps only
+        if self.is_enabled and not bar.disable and (step % self.refresh_rate == 0 or step == bar.total):
+            bar.n = step
+            bar.set_postfix(self.get_metrics(trainer, pl_module))  # refreshes the bar
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self.counts_steps(trainer):
+            return super().on_train_epoch_end(trainer, pl_module)
+        if not self.train_progress_bar.disable:
+            self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module))

@@ -21,7 +21,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from .allocator import reuse_freed_memory
-from .callbacks import CheckpointOnPreemption, StopOnDivergence, ValidationProgress, stop_signal
+from .callbacks import CheckpointOnPreemption, StepProgressBar, StopOnDivergence, ValidationProgress, stop_signal
 from .checkpoints import RunFolderCheckpoint, RunFolderCheckpointIO, not_a_link, resume_step
 from .checks import check_config
 from .disk import disk_full, full_disk_error
@@ -119,7 +119,9 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
                  StopOnDivergence(hint)]
     if FreeCoreThreads.wanted():
         callbacks.append(FreeCoreThreads())
-    if not cfg["trainer"].get("enable_progress_bar", True):
+    if cfg["trainer"].get("enable_progress_bar", True):
+        callbacks.append(StepProgressBar())  # steps of task.max_steps, not Lightning's epochs of an unknown count
+    else:
         label = f"{cfg['task']['name']}/{cfg['attention']['name']}/seed{cfg['seed']} ({run_dir.name})"
         callbacks.append(ValidationProgress(label))
     if cfg["checkpoint"]["save_last"]:  # Lightning's save_last only follows improvements; this is every validation
