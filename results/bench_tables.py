@@ -18,6 +18,7 @@ from data_prep.atomic import write_atomic
 from results.markdown import markdown_table
 
 BENCH_DIR = Path(__file__).resolve().parent / "tables" / "bench"
+OWN_OUT = Path("outputs/tables/bench/tables.md")  # the committed CSVs rendered without --committed
 
 
 def _num(value, digits: int = 1) -> str:
@@ -120,11 +121,16 @@ def render(bench: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m results.bench_tables", description=__doc__.splitlines()[0])
     parser.add_argument("--bench", type=Path, default=BENCH_DIR, help="folder of the benchmarks' CSVs")
-    parser.add_argument("--out", type=Path, default=None, help="markdown file (default: BENCH/tables.md)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"markdown file (default: BENCH/tables.md, but {OWN_OUT} for the committed CSVs "
+                             "unless --committed)")
+    parser.add_argument("--committed", action="store_true",
+                        help="rebuild the committed results/tables/bench/tables.md from the committed CSVs")
     args = parser.parse_args(argv)
     if not any((args.bench / name).exists() for name, _, _ in SECTIONS):
         parser.error(f"no benchmark CSV in {args.bench}; run a benchmark first (see the README's Benchmarks)")
-    out = args.out or args.bench / "tables.md"
+    committed = args.bench.resolve() == BENCH_DIR
+    out = args.out or (OWN_OUT if committed and not args.committed else args.bench / "tables.md")
     write_atomic(out, render(args.bench))
     print(f"wrote {out}")
     return 0

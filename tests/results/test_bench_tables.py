@@ -50,3 +50,13 @@ def test_run_estimate_section_shows_the_floor_when_the_csv_has_it(tmp_path, with
     assert "| llops     |     2.00 |" in text
     assert ("Matmul floor at 80 GFLOP/s per core on 2 cores" in text) == with_floor
     assert ("|        31.2 |" in text or "|        31.3 |" in text) == with_floor
+
+
+def test_the_committed_csvs_render_under_outputs_unless_committed(tmp_path, monkeypatch):
+    """Issue 32.2: no command but an explicit --committed rebuild writes under results/."""
+    monkeypatch.chdir(tmp_path)
+    committed = bench_tables.BENCH_DIR / "tables.md"
+    before = committed.read_bytes()
+    assert bench_tables.main([]) == 0
+    assert (tmp_path / "outputs/tables/bench/tables.md").read_bytes() == before  # the same text, elsewhere
+    assert committed.read_bytes() == before
