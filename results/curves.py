@@ -105,3 +105,34 @@ def plot_learning_curves(long: pd.DataFrame, path: Path) -> bool:
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return True
+
+
+def plot_curves_across_tags(long: pd.DataFrame, task: str, path: Path, threshold: float | None = None) -> bool:
+    """Validation accuracy (%) against step of every completed `task` run in `long`, all tags in one panel (a study
+    compares settings that are tags of their own), one colour per (attention, tag), seeds by line style; a dashed
+    line at `threshold` (a fraction). Returns False (and writes nothing) when fewer than two tags have curves."""
+    runs = long[(long["status"] == "completed") & (long["task"] == task)].drop_duplicates("path")
+    curves = [(run, readable_curve(run.path)) for run in runs.itertuples()]
+    curves = [(run, c) for run, c in curves if not c.empty]
+    curves.sort(key=lambda rc: (rc[0].tag, rc[0].attention, rc[0].seed))
+    if len({run.tag for run, _ in curves}) < 2:
+        return False
+    groups = list(dict.fromkeys((run.attention, run.tag) for run, _ in curves))
+    palette = plt.get_cmap("tab20" if len(groups) > 10 else "tab10")
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    seen: dict[tuple, int] = {}
+    for run, curve in curves:
+        group = (run.attention, run.tag)
+        nth = seen[group] = seen.get(group, -1) + 1
+        ax.plot(curve["step"], 100 * curve["val_acc"], color=palette(groups.index(group) % palette.N),
+                linestyle=LINE_STYLES[nth % len(LINE_STYLES)], linewidth=1.2,
+                label=plain(f"{run.attention} · {run.tag} (seed {run.seed})"))
+    if threshold is not None:
+        ax.axhline(100 * threshold, color="k", linestyle="--", linewidth=0.8, label=f"escape ({100 * threshold:.0f}%)")
+    ax.set(title=plain(f"{task}: validation accuracy of every run, by tag"), xlabel="training step",
+           ylabel="validation accuracy (%)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return True

@@ -13,7 +13,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from results.curves import plot_learning_curves  # noqa: E402
+from results.collect import base_tag  # noqa: E402
+from results.curves import plot_curves_across_tags, plot_learning_curves  # noqa: E402
+from results.escapes import ESCAPE_AT  # noqa: E402
 from results.plot_style import attention_legend, attention_style, plain, scatter_attention  # noqa: E402
 from results.plots_extra import scatter_by_task  # noqa: E402
 from results.summary import MAJORITY, is_reference, task_order  # noqa: E402
@@ -74,7 +76,8 @@ def plot_accuracy_vs_time(long: pd.DataFrame, path: Path) -> None:
 
 def write_plots(summary: pd.DataFrame, long: pd.DataFrame, out: Path) -> list[Path]:
     """``lra_<tag>_accuracy.png``, ``lra_<tag>_time.png`` and, where runs kept their ``metrics.csv``,
-    ``lra_<tag>_curves.png`` for every tag; returns the paths."""
+    ``lra_<tag>_curves.png`` for every tag, and ``lra_<task>_curves_by_tag.png`` for a task whose runs (quick
+    aside) span several tags; returns the paths."""
     paths = []
     for tag in sorted(summary["tag"].unique()):
         stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(tag)).strip(".")  # a record's tag never leaves --out
@@ -84,4 +87,9 @@ def write_plots(summary: pd.DataFrame, long: pd.DataFrame, out: Path) -> list[Pa
         paths += [accuracy, timing]
         if plot_learning_curves(long[long["tag"] == tag], curves):
             paths.append(curves)
+    protocol_scale = long[long["tag"].map(base_tag) != "quick"]
+    for task in sorted(protocol_scale["task"].unique()):
+        path = out / f"lra_{re.sub(r'[^A-Za-z0-9_.-]+', '_', str(task)).strip('.')}_curves_by_tag.png"
+        if plot_curves_across_tags(protocol_scale, task, path, ESCAPE_AT.get(task)):
+            paths.append(path)
     return paths

@@ -96,3 +96,11 @@ def test_skyformer_table_gets_a_delta_only_beside_its_own_protocol(tmp_path):
     default, sky = (table_cells(section(markdown, tag))["softmax"] for tag in ("default", "skyformer_port"))
     assert default["listops (Skyformer port)"] == "38.37" and "listops Δ (Skyformer port)" not in default
     assert sky["listops Δ (Skyformer port)"] == "+0.63"
+
+
+def test_a_task_whose_runs_span_tags_gets_one_figure_of_all_its_curves(tmp_path):
+    for tag, curve in (("default", [0.17, 0.18]), ("study_port", [0.17, 0.36])):
+        write_curve(write_record(tmp_path / "runs", "listops", "linear", 0, curve[-1], tag=tag), curve)
+    write_curve(write_record(tmp_path / "runs", "listops", "linear", 0, 0.3, tag="quick"), [0.2, 0.3])
+    assert results_main([str(tmp_path / "runs"), "--out", str(tmp_path / "tables")]) == 0
+    assert (tmp_path / "tables/lra_listops_curves_by_tag.png").stat().st_size > 0
