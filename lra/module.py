@@ -14,6 +14,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 import attention_zoo
 
+from .attention_options import check_type
 from .errors import UserError
 from .model import ClassifierHead, Encoder
 from .schedules import lr_multiplier, scheduler
@@ -58,18 +59,11 @@ def attention_factory(cfg: dict[str, Any], max_len: int):
 
 
 def check_option_types(name: str, opts: dict[str, Any]) -> None:
-    """An option whose value is not of its default's type (``features=abc``) is a ``UserError`` naming the key."""
+    """An option whose value is not of its default's type (``features=abc``) is a ``UserError`` naming the key
+    (``lra.attention_options.check_type``, the check run.py makes before torch loads)."""
     defaults = attention_zoo.options(name)
     for key, value in opts.items():
-        default = defaults.get(key)
-        kind = next((k for k in (bool, int, float, str) if isinstance(default, k)), None)  # bool before int
-        if kind is None:
-            continue
-        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-        ok = ok or (kind is float and isinstance(value, int) and not isinstance(value, bool))
-        if not ok:
-            raise UserError(f"attention.{key}={value!r}: must be a {kind.__name__} like its default "
-                            f"({key}={default!r}) for attention={name}")
+        check_type(name, key, value, defaults.get(key))
 
 
 def build_encoder(cfg: dict[str, Any], vocab_size: int) -> Encoder:

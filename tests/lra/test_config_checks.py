@@ -34,9 +34,9 @@ def test_invalid_model_and_task_settings_are_refused_by_name(override, message):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("attention.features=abc", "attention.features='abc': must be a int like its default (features=64)"),
-    ("attention.square=3", "attention.square=3: must be a bool"),
-    ("attention.eps=small", "attention.eps='small': must be a float"),
+    ("attention.features=abc", "attention.features='abc': must be an integer like its default (features=64)"),
+    ("attention.square=3", "attention.square=3: must be true or false"),
+    ("attention.eps=small", "attention.eps='small': must be a number"),
 ])
 def test_attention_option_of_the_wrong_type_names_the_key(override, message):
     cfg = compose_config(["attention=llops", override])
