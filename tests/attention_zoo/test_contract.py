@@ -1,4 +1,4 @@
-"""The attention contract, checked for every registered mechanism (DESIGN.md, "The attention contract")."""
+"""The attention contract (docs/design.md section 3), checked for every registered mechanism."""
 
 from __future__ import annotations
 
