@@ -38,3 +38,12 @@ def signal_at_step(step: int, signum: int = signal.SIGTERM, every_nth_batch: int
             os.kill(os.getpid(), signum)
 
     return send
+
+
+def torchless_env(tmp_path: Path) -> dict[str, str]:
+    """An environment for a ``run.py`` subprocess in which importing torch fails: a check that must run before
+    torch loads is shown to do so."""
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('torch was imported')\n")
+    return {**os.environ, "PYTHONPATH": f"{fake.parent}{os.pathsep}{ROOT}", "HYDRA_FULL_ERROR": "0"}

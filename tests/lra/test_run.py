@@ -14,7 +14,7 @@ import attention_zoo
 from lra.errors import UserError
 from lra.record import RunRecord
 from lra.train import run
-from tests.lra.conftest import ROOT, TINY, compose_config
+from tests.lra.conftest import ROOT, TINY, compose_config, torchless_env
 
 
 def run_py(*args: str, cwd) -> subprocess.CompletedProcess:
@@ -92,10 +92,7 @@ def test_user_errors_are_one_clear_message(override, expected, tmp_path):
 
 
 def test_run_py_refuses_a_typo_before_importing_torch(tmp_path):
-    fake = tmp_path / "fake" / "torch"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("raise ImportError('torch was imported')\n")
-    env = {**os.environ, "PYTHONPATH": f"{fake.parent}{os.pathsep}{ROOT}", "HYDRA_FULL_ERROR": "0"}
+    env = torchless_env(tmp_path)
     for args, message in ((["+task.max_stepz=10"], "Valid keys under task"),
                           (["model.dim=65"], "not divisible by model.heads=2"),
                           (["hydra/launcher=slurm"], 'pip install -e ".[slurm]"')):

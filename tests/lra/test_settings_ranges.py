@@ -3,7 +3,6 @@ refused by name before torch loads, with the valid range or the closest keys."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -14,7 +13,7 @@ from lra.attention_options import check_attention_options, declared
 from lra.checks import check_config, unknown_override
 from lra.config import CONF_DIR
 from lra.errors import UserError
-from tests.lra.conftest import ROOT, compose_config
+from tests.lra.conftest import ROOT, compose_config, torchless_env
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -83,10 +82,7 @@ def test_valid_or_optional_keys_and_additions_are_left_to_the_other_checks(argv)
 
 
 def test_run_py_refuses_these_before_importing_torch(tmp_path):
-    fake = tmp_path / "fake" / "torch"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("raise ImportError('torch was imported')\n")
-    env = {**os.environ, "PYTHONPATH": f"{fake.parent}{os.pathsep}{ROOT}", "HYDRA_FULL_ERROR": "0"}
+    env = torchless_env(tmp_path)
     for args, message in ((["task.optim.lr=nan"], "error: task.optim.lr=nan: must be a finite number > 0"),
                           (["attention=llops", "attention.degree=abc"], "must be an integer like its default"),
                           (["attention=llops", "attention.eps=-1.0"], "attention.eps=-1.0: must be > 0"),
