@@ -1,8 +1,8 @@
 """Checks of a composed config that need nothing heavy (no torch): they run before the training stack loads.
 
-Invalid model, optimizer, seed, ``task.data.limit`` and attention settings (types and the ranges a mechanism
-declares, read from its source by ``lra.attention_options``), keys that ``+task.x=...`` or ``+model.x=...`` add
-but nothing reads, ``key=value`` on a key the config lacks, sweeper or launcher presets whose plugin is not
+Invalid model, optimizer, seed, batching, ``task.data.limit`` and attention settings (types and the ranges a
+mechanism declares, read from its source by ``lra.attention_options``), keys that ``+task.x=...`` or ``+model.x=...``
+add but nothing reads, ``key=value`` on a key the config lacks, sweeper or launcher presets whose plugin is not
 installed, an experiment with no settings for the task and the old ``experiment=<name>/<task>`` spelling are each
 one error naming the key and the fix.
 """
@@ -22,6 +22,8 @@ from .errors import UserError
 
 POOLINGS = ("mean", "cls", "none", "padded_mean")
 SPLITS = ("train", "val", "test")
+BATCHINGS = ("random", "length_grouped")
+LENGTH_VARYING_TASKS = ("listops", "text", "retrieval")  # the others' sequences all have one length
 CHECKED_SECTIONS = ("task", "model", "attention")  # sections where an added key is refused (nothing reads it)
 MAX_SEED = 2**32 - 1  # numpy's and Lightning's largest seed
 # keys the code reads with a default: a task config may lack them, so `+task.<key>=...` may add them
@@ -100,6 +102,23 @@ def check_task(task: dict[str, Any]) -> None:
     if isinstance(micro, bool) or not isinstance(micro, int) or micro < 1 or task["batch_size"] % micro:
         raise UserError(f"task.micro_batches={micro!r}: must be a positive integer that divides "
                         f"task.batch_size={task['batch_size']} (each batch runs as that many equal parts)")
+    check_batching(task)
+
+
+def check_batching(task: dict[str, Any]) -> None:
+    """``task.batching``: ``random`` or ``length_grouped`` (only where lengths vary), with ``task.batching_pool``
+    batches a pool (``lra.sampling``)."""
+    batching = task.get("batching", "random")
+    if batching not in BATCHINGS:
+        raise UserError(f"task.batching={batching!r}: must be one of {', '.join(BATCHINGS)}")
+    pool = task.get("batching_pool")
+    if ("batching_pool" in task or batching == "length_grouped") and (
+            isinstance(pool, bool) or not isinstance(pool, int) or pool < 1):
+        raise UserError(f"task.batching_pool={pool!r}: must be an integer >= 1 (batches sorted by length together)")
+    if batching == "length_grouped" and task["name"] not in LENGTH_VARYING_TASKS:
+        raise UserError(f"task.batching=length_grouped: every {task['name']} sequence has the same length, so "
+                        f"there is no padding to save; it applies to {', '.join(LENGTH_VARYING_TASKS)}. Drop the "
+                        f"setting (task.batching=random)")
 
 
 def _number(section: dict[str, Any], name: str, low: float, *, strict: bool) -> float:

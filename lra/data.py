@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 from data_prep.compact import CompactSplit, DataError, load_manifest, load_split, manifest_path
 
 from .errors import UserError
-from .sampling import EpochSampler
+from .sampling import EpochSampler, LengthGroupedSampler
 
 log = logging.getLogger(__name__)
 
@@ -166,15 +166,20 @@ class CompactDataModule(pl.LightningDataModule):
         majority = np.bincount(self.data["train"].labels).argmax()
         return float((self.data["test"].labels == majority).mean())
 
-    def eval_order(self, split: str) -> list[int]:
-        """Examples of ``split`` longest first (ties in file order): each evaluation batch then pads only to
-        lengths close to its own, and accuracy and mean loss do not depend on the order."""
+    def padded_lengths(self, split: str) -> np.ndarray:
+        """Tokens each example of ``split`` takes in a padded batch: its length cut to ``task.max_len``; for a
+        pair task the longer of its documents (both are padded to one width)."""
         data = self.data[split]
         lengths = data.lengths
         for name, offsets in data.extra.items():
-            if name.startswith("offsets"):  # a pair task pads each document to its own longest
+            if name.startswith("offsets"):
                 lengths = np.maximum(lengths, np.diff(offsets))
-        return np.argsort(-np.minimum(lengths, self.task["max_len"]), kind="stable").tolist()
+        return np.minimum(lengths, self.task["max_len"])
+
+    def eval_order(self, split: str) -> list[int]:
+        """Examples of ``split`` longest first (ties in file order): each evaluation batch then pads only to
+        lengths close to its own, and accuracy and mean loss do not depend on the order."""
+        return np.argsort(-self.padded_lengths(split), kind="stable").tolist()
 
     def train_batch_size(self) -> int:
         """Examples in one training micro-batch: ``task.batch_size`` split into ``task.micro_batches`` parts."""
@@ -210,12 +215,24 @@ class CompactDataModule(pl.LightningDataModule):
     def collate(self, items):
         return pad_batch(items, int(self.task["data"].get("pad_multiple", 1)))
 
-    def train_dataloader(self) -> DataLoader:
+    def train_sampler(self) -> EpochSampler:
+        """The training order of ``task.batching``: ``random`` (the protocol) or ``length_grouped`` (batches of
+        similar lengths from pools of ``task.batching_pool`` batches; ``lra.sampling``)."""
         micro = int(self.task.get("micro_batches", 1))  # parts of a batch: every batch whole, so steps align
-        sampler = EpochSampler(len(self.data["train"]), int(self.cfg.get("seed", 0)),
-                               whole=self.task["batch_size"] if micro > 1 else 1)
+        seed, whole = int(self.cfg.get("seed", 0)), self.task["batch_size"] if micro > 1 else 1
+        if self.task.get("batching", "random") == "length_grouped":
+            return LengthGroupedSampler(self.padded_lengths("train"), seed, self.task["batch_size"],
+                                        int(self.task["batching_pool"]), whole=whole)
+        return EpochSampler(len(self.data["train"]), seed, whole=whole)
+
+    def train_dataloader(self) -> DataLoader:
+        sampler = self.train_sampler()
         state = getattr(self, "_resume_state", None)
         single_process = self.trainer is None or self.trainer.world_size == 1  # DDP shards after this order
+        if not single_process and isinstance(sampler, LengthGroupedSampler):
+            log.warning("task.batching=length_grouped under DDP: each rank takes every %d-th example of the "
+                        "grouped order, so a rank's batch mixes %d grouped batches (more padding than on one "
+                        "process)", self.trainer.world_size, self.trainer.world_size)
         if state and single_process:
             sampler.resume_at(state["epoch"], state["batches_done"] * self.train_batch_size())
         elif state and state.get("batches_done"):

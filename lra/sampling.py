@@ -1,9 +1,14 @@
-"""A training sampler that resumes mid-epoch exactly: the order is a function of (seed, epoch) alone."""
+"""Training samplers that resume mid-epoch exactly: the order is a function of (seed, epoch) alone.
+
+``EpochSampler`` is ``task.batching: random`` (the protocol); ``LengthGroupedSampler`` is
+``task.batching: length_grouped`` (batches of similar lengths, less padding: another protocol).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
+import numpy as np
 import torch
 from torch.utils.data import Sampler
 
@@ -31,11 +36,48 @@ class EpochSampler(Sampler[int]):
     def __len__(self) -> int:
         return self.kept
 
+    def epoch_order(self, generator: torch.Generator) -> list[int]:
+        """The epoch's examples in training order, drawn from ``generator`` (seeded by seed and epoch)."""
+        return torch.randperm(self.size, generator=generator).tolist()[:self.kept]
+
     def __iter__(self) -> Iterator[int]:
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-        order = torch.randperm(self.size, generator=generator).tolist()[:self.kept]
+        order = self.epoch_order(generator)
         skip = 0
         if self._resume is not None and self._resume[0] == self.epoch:
             skip = self._resume[1]
         self._resume = None
         return iter(order[skip:])
+
+
+class LengthGroupedSampler(EpochSampler):
+    """``EpochSampler``'s permutation regrouped into batches of similar lengths (the idea of fairseq's
+    size-sorted batches and Hugging Face's ``group_by_length`` megabatches).
+
+    The epoch's permutation is cut into pools of ``pool`` consecutive batches of ``batch_size``; each pool is
+    sorted by ``lengths`` (ties keep their permuted order) and cut into batches; then every whole batch of the
+    epoch is shuffled, and the few examples left over (fewer than a batch, when ``whole`` keeps them) end the
+    epoch as one shorter batch, as in ``EpochSampler``. The order stays a function of (seed, epoch): the
+    permutation and the batch shuffle come from the same seeded generator, so ``resume_at`` works unchanged.
+    ``batch_size`` is the optimizer's batch: micro-batches cut each sorted batch into equal parts.
+    """
+
+    def __init__(self, lengths: Sequence[int] | np.ndarray, seed: int, batch_size: int, pool: int,
+                 whole: int = 1):
+        if batch_size < 1 or pool < 1:
+            raise ValueError(f"batch_size={batch_size} and pool={pool} must be >= 1")
+        self.lengths = np.asarray(lengths, dtype=np.int64)  # (size,) tokens each example takes in a batch
+        super().__init__(len(self.lengths), seed, whole)
+        self.batch_size, self.pool = batch_size, pool
+
+    def epoch_order(self, generator: torch.Generator) -> list[int]:
+        order = np.asarray(super().epoch_order(generator), dtype=np.int64)
+        whole = len(order) - len(order) % self.batch_size
+        span = self.pool * self.batch_size
+        batches = []
+        for start in range(0, whole, span):
+            members = order[start:min(start + span, whole)]
+            members = members[np.argsort(self.lengths[members], kind="stable")]
+            batches.extend(members.reshape(-1, self.batch_size))
+        shuffled = torch.randperm(len(batches), generator=generator).tolist()
+        return np.concatenate([*(batches[i] for i in shuffled), order[whole:]]).tolist()

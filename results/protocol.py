@@ -26,7 +26,8 @@ TRAINER_KEYS = ("max_steps", "precision", "gradient_clip_val", "gradient_clip_al
 ABSENT = "<absent>"
 # settings added to conf/ after runs were recorded, with the value those older runs used implicitly
 IMPLICIT = {"task.optim.schedule": "linear", "model.attention_dropout": 0.0,
-            "task.data.generate.contour_length": 14, "task.data.generate.close_brackets": True}
+            "task.data.generate.contour_length": 14, "task.data.generate.close_brackets": True,
+            "task.batching": "random", "task.batching_pool": 50}
 SHOWN_DIFFERENCES = 6
 # a section of runs apart from their tag's: "<tag> · <settings that differ from its protocol>" and/or "· yours"
 SECTION_SEP, YOURS = " · ", "yours"
