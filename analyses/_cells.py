@@ -2,13 +2,12 @@
 
 A cell is one unit of measurement (say one layer and degree of ``kernel_approx``) whose result is a JSON
 value. ``CellCache`` stores them in ``<folder>/cells.partial.json`` together with a digest of the settings
-they were measured with: a cache of other settings is ignored (and replaced), never mixed in. Each ``put``
-rewrites the file atomically, so a kill loses at most the cell in progress.
+they were measured with (``lra.identity.digest``): a cache of other settings is ignored (and replaced), never
+mixed in. Each ``put`` rewrites the file atomically, so a kill loses at most the cell in progress.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import time
@@ -16,13 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lra.identity import digest
 from lra.record import write_json_atomic
 
 FILE = "cells.partial.json"
-
-
-def settings_digest(settings: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 class CellCache:
@@ -30,7 +26,7 @@ class CellCache:
 
     def __init__(self, folder: str | Path, settings: dict[str, Any]):
         self.path = Path(folder) / FILE
-        self.digest = settings_digest(settings)
+        self.digest = digest(settings)
         self.cells: dict[str, Any] = {}
         if self.path.is_file():
             stored = json.loads(self.path.read_text(encoding="utf-8"))

@@ -6,7 +6,6 @@ A model is trained only when no finished run of the same config exists: first th
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from pathlib import Path
@@ -14,13 +13,11 @@ from typing import Any
 
 import torch
 
-from lra.config import IGNORED_LEAVES, compose
+from lra.config import compose
+from lra.identity import differences, identity_digest
 
 NAME = "microscope"
 MODELS = Path("outputs/analyses") / NAME / "models"
-# keys that say where or how a run ran, not what it learned (run.py leaves them out of run-folder names too);
-# `experiment` only names a preset whose values are in the other keys (older records lack it)
-WHERE_OR_HOW = ("tag", "experiment", "data_dir", "trainer", "rerun", "reuse_freed_memory", "analysis", "checkpoint")
 
 
 def compose_config(overrides: list[str]) -> dict[str, Any]:
@@ -28,28 +25,9 @@ def compose_config(overrides: list[str]) -> dict[str, Any]:
     return compose(overrides)
 
 
-def what_it_learned(cfg: dict[str, Any]) -> dict[str, Any]:
-    """``cfg`` without the keys that only say where or how it ran (top level: ``WHERE_OR_HOW``; nested: the
-    leaves ``lra.config.IGNORED_LEAVES``, such as ``task.data.root`` and ``model.checkpoint_blocks``, which a
-    record older than the key lacks): two runs equal here trained the same model."""
-
-    def drop_how(node: Any) -> Any:
-        if not isinstance(node, dict):
-            return node
-        return {k: drop_how(v) for k, v in node.items() if k not in IGNORED_LEAVES}
-
-    return {k: drop_how(v) for k, v in cfg.items() if k not in WHERE_OR_HOW}
-
-
-def config_digest(cfg: dict[str, Any]) -> str:
-    """A short digest of ``what_it_learned(cfg)``: the microscope's own model folder name."""
-    text = json.dumps(what_it_learned(cfg), sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:10]
-
-
 def finished_run(cfg: dict[str, Any], roots: list[Path]) -> Path | None:
-    """The best checkpoint of a completed run under ``roots`` whose config matches ``cfg`` (newest first)."""
-    wanted = what_it_learned(cfg)
+    """The best checkpoint of a completed run under ``roots`` that computed what ``cfg`` computes (its identity,
+    ``lra.identity``; newest first)."""
     records = [p for root in roots if root.is_dir() for p in root.rglob("result.json")]
     for path in sorted(records, key=lambda p: p.stat().st_mtime, reverse=True):
         try:
@@ -59,7 +37,7 @@ def finished_run(cfg: dict[str, Any], roots: list[Path]) -> Path | None:
         if not isinstance(record, dict) or record.get("status") != "completed":
             continue
         best = record.get("best_checkpoint")
-        if best and what_it_learned(record.get("config") or {}) == wanted:
+        if best and not differences(record.get("config") or {}, cfg):
             best = Path(best)
             local = path.parent / "checkpoints" / best.name  # a moved run folder
             for candidate in (best, local):
@@ -71,7 +49,7 @@ def finished_run(cfg: dict[str, Any], roots: list[Path]) -> Path | None:
 def checkpoint_for(cfg: dict[str, Any], models: Path = MODELS, outputs: Path = Path("outputs")) -> Path:
     """A finished run's best checkpoint for ``cfg``, training one in the microscope's folder when there is none."""
     task, attention = cfg["task"]["name"], cfg["attention"]["name"]
-    own = models / task / attention / config_digest(cfg)
+    own = models / task / attention / identity_digest(cfg)
     found = finished_run(cfg, [outputs / task / attention, own.parent])
     if found is not None:
         print(f"microscope: {attention}: reusing {found}", file=sys.stderr)

@@ -1,40 +1,37 @@
 """The training runs an analysis needs: the one way to reuse a completed run or train it.
 
-A run's folder is ``<root>/<label>-<digest>``, the digest taken over its whole resolved config, so any changed
-setting (steps, learning rate, an extra override) gets a folder of its own and can never resume another
-setting's checkpoint, while the same setting asked for again finds its run: ``lra.train.run`` returns a
-completed record as it is and resumes an interrupted one from its ``last.ckpt``.
+A run's folder is ``<root>/<label>-<digest>``, the digest of the run's identity (``lra.identity``: every setting
+that changes what it computes), so any changed setting (steps, learning rate, an extra override) gets a folder
+of its own and can never resume another setting's checkpoint, while the same setting asked for again finds its
+run: ``lra.train.run`` returns a completed record as it is and resumes an interrupted one from its ``last.ckpt``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from lra.identity import identity_digest
 from lra.record import RunRecord, completed_record
+from lra.same_run import refuse_other_run
 
 
 def run_folder(root: str | Path, label: str, cfg: dict[str, Any]) -> Path:
-    """``<root>/<label>-<first 12 hex digits of the SHA-256 of the config as sorted JSON>``."""
-    digest = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    return Path(root) / f"{label}-{digest}"
+    """``<root>/<label>-<identity digest of cfg>``."""
+    return Path(root) / f"{label}-{identity_digest(cfg)}"
 
 
 def train_or_reuse(cfg: dict[str, Any], run_dir: Path, threads: int | None = None) -> RunRecord:
-    """The completed record in ``run_dir`` when its config is ``cfg``, else the record of training it there.
+    """The completed record in ``run_dir`` when its settings are ``cfg``'s, else the record of training it there.
 
-    Raises what the training raises, and ``RuntimeError`` when ``run_dir`` holds a completed run of another
-    config (a folder copied or renamed by hand).
+    Raises what the training raises, and ``lra.errors.UserError`` when ``run_dir`` holds a run of other settings
+    (a folder copied or renamed by hand; ``lra.same_run``).
     """
-    previous = completed_record(run_dir)
-    if previous is not None and previous.get("config") != cfg:
-        raise RuntimeError(f"{run_dir} holds a completed run of another config; move it away")
-    if previous is not None:
-        return previous
+    held = refuse_other_run(cfg, run_dir)
+    if held is not None and held.completed and not cfg.get("rerun"):
+        return held.record
     import torch
 
     from lra.train import run
@@ -96,7 +93,7 @@ def expected_minutes(jobs: dict[str, tuple[dict[str, Any], Path]], workers: int)
             if completed_record(run_dir) is not None:
                 continue
             todo += 1
-            key = json.dumps({**cfg, "seed": None}, sort_keys=True, default=str)
+            key = identity_digest({**cfg, "seed": None})  # the model, whatever its seed
             if key not in probed:
                 probed[key] = probe_step_seconds(cfg)
             task = cfg["task"]

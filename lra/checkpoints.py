@@ -84,13 +84,15 @@ class RunFolderCheckpoint(ModelCheckpoint):
         super().load_state_dict(state_dict)
 
 
-def resume_step(path: Path) -> int:
-    """The global step ``last.ckpt`` resumes from; a truncated or corrupt file is a UserError saying what to do,
-    a link one naming it."""
+def resume_point(path: Path) -> tuple[int, dict[str, Any] | None]:
+    """The global step ``last.ckpt`` resumes from and the run config it was saved with (the LightningModule's
+    hyper-parameter ``cfg``; None when it has none); a truncated or corrupt file is a UserError saying what to
+    do, a link one naming it."""
     not_a_link(path)
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        return int(checkpoint["global_step"])
+        config = (checkpoint.get("hyper_parameters") or {}).get("cfg")
+        return int(checkpoint["global_step"]), config if isinstance(config, dict) else None
     except Exception as err:  # torch, zipfile and pickle each raise their own kinds for a damaged file
         best = sorted(p.name for p in path.parent.glob("best-step*.ckpt"))
         from_best = f"; to resume from the best checkpoint instead: cp {path.parent / best[-1]} {path}" if best else ""

@@ -15,11 +15,6 @@ from hydra import initialize_config_dir
 from omegaconf import OmegaConf
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
-# config leaves that say where the data lives or how fast a run loads, evaluates or recomputes (or in how many
-# parts it computes a batch), not what it learns: the protocol check (results.protocol) and finding a
-# finished run (analyses.microscope) ignore them
-IGNORED_LEAVES = ("root", "num_workers", "workers", "eval_batch_size", "checkpoint_blocks",
-                  "micro_batches")
 
 
 def compose(overrides: Sequence[str] = (), conf_dir: str | Path = CONF_DIR) -> dict[str, Any]:

@@ -6,8 +6,9 @@ Importing this module registers the resolver, which ``conf/config.yaml`` uses in
 
 - a single run (``python run.py ...``): before Hydra creates the run folder, writes ``.hydra/`` or opens
   ``run.log``, the settings are checked (a refused command writes nothing), the folder is checked writable,
-  its ``run.lock`` is taken (so a second command into a busy folder changes nothing in it) and a link where
-  Hydra writes its log or configs is refused by name;
+  its ``run.lock`` is taken (so a second command into a busy folder changes nothing in it), a link where
+  Hydra writes its log or configs is refused by name, and so is a folder holding a run of other settings
+  (``lra.same_run``);
 - a sweep (``-m``): its ``multirun.yaml`` is filed under ``multirun/<time>.yaml``, each job's status and folder
   are listed in ``multirun/<time>.jobs.tsv``, printed at the end, and the sweep exits 1 unless every job
   completed.
@@ -34,8 +35,11 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from data_prep.atomic import LinkRefused, NotWritable, check_writable, refuse_link
 
 from .checks import check_added_keys, check_config
+from .config import CONF_DIR
 from .errors import UserError
+from .identity import IN_THE_PATH, flatten, where_or_how
 from .lock import run_folder_lock
+from .same_run import refuse_other_run
 
 RANK_KEYS = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")  # as Lightning reads a process's rank
 FINE = ("completed", "already completed")  # job outcomes a sweep exits 0 with
@@ -43,10 +47,40 @@ _job_status: str | None = None  # the outcome ``run.py`` noted for the job this 
 _locked: set[str] = set()  # run folders whose run.lock a hook of this process holds
 
 
-def run_name(tag: str, overrides: str) -> str:
-    """``<tag>``, or ``<tag>,<overrides>`` for a run with other settings: a sibling of the plain run's folder,
-    never a folder inside it."""
-    return f"{tag},{overrides}" if overrides else str(tag)
+def names_the_folder(override: Any, conf_dir: Path = CONF_DIR) -> bool:
+    """Whether a parsed command-line override changes what the run computes (``lra.identity``) and is not in the
+    path already: a key outside ``WHERE_OR_HOW``, or a config group choice (``trainer=debug``) that sets one."""
+    key = override.key_or_group
+    if key in IN_THE_PATH or where_or_how(key):
+        return False
+    if "." in key or not (Path(conf_dir) / key).is_dir():
+        return True
+    if override.is_delete() or override.is_sweep_override():
+        return True
+    return any(not where_or_how(leaf) for leaf in group_leaves(key, str(override.value()), Path(conf_dir)))
+
+
+def group_leaves(group: str, choice: str, conf_dir: Path) -> list[str]:
+    """The dotted keys ``conf/<group>/<choice>.yaml`` sets, with those of the group's files it includes other than
+    ``default`` (the baseline every choice starts from)."""
+    path = conf_dir / group / f"{choice}.yaml"
+    if choice == "default" or not path.is_file():
+        return [group] if choice != "default" else []
+    node = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    included = [entry for entry in node.pop("defaults", None) or [] if isinstance(entry, str)]
+    leaves = [f"{group}.{key}" for key in flatten(node)]
+    return leaves + [leaf for name in included if name != "_self_" for leaf in group_leaves(group, name, conf_dir)]
+
+
+def run_name(tag: str, overrides: Any) -> str:
+    """``<tag>``, or ``<tag>,<overrides>`` for a run with other settings (the overrides that name the folder,
+    sorted, as typed): a sibling of the plain run's folder, never a folder inside it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    lines = [str(line) for line in overrides or []]
+    parsed = OverridesParser.create().parse_overrides(lines)
+    named = sorted(o.input_line for o in parsed if names_the_folder(o))
+    return ",".join([str(tag), *named])
 
 
 if not OmegaConf.has_resolver("run_name"):
@@ -138,8 +172,9 @@ class RunHooks(Callback):
         if not is_rank_zero():  # a DDP worker: rank zero checked and locked the folder
             return
         HydraConfig.instance().set_config(config)
+        job = job_config(config)
         try:
-            check_settings(job_config(config), list(config.hydra.overrides.task))
+            check_settings(job, list(config.hydra.overrides.task))
         except UserError as err:
             refuse(str(err))
         run_dir, elsewhere = Path(str(config.hydra.run.dir)), "write this run elsewhere with hydra.run.dir=DIR"
@@ -150,6 +185,7 @@ class RunHooks(Callback):
             self.lock.callback(_locked.discard, os.path.realpath(run_dir))
             for name in hydra_files(config):
                 refuse_link(run_dir / name)
+            refuse_other_run(job, run_dir)  # before Hydra overwrites .hydra/config.yaml of the run it holds
         except (UserError, NotWritable, LinkRefused) as err:
             refuse(str(err))
         except OSError as err:

@@ -22,14 +22,15 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from .allocator import reuse_freed_memory
 from .callbacks import CheckpointOnPreemption, StepProgressBar, StopOnDivergence, ValidationProgress, stop_signal
-from .checkpoints import RunFolderCheckpoint, RunFolderCheckpointIO, not_a_link, resume_step
+from .checkpoints import RunFolderCheckpoint, RunFolderCheckpointIO, not_a_link, resume_point
 from .checks import check_config
 from .disk import disk_full, full_disk_error
 from .errors import Diverged, UserError
 from .lock import run_folder_lock
 from .loggers import ResumableCSVLogger
 from .module import attention_factory
-from .record import RECORD_NAME, completed_record, new_record, now, write_json_atomic
+from .record import RECORD_NAME, new_record, now, write_json_atomic
+from .same_run import changes_from, refuse_other_run
 from .threads import FreeCoreThreads
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     ckpt_dir = run_dir / "checkpoints"
     resume = ckpt_dir / "last.ckpt"
     resume = resume if resume.exists() and not cfg["trainer"].get("fast_dev_run") else None
-    start_step = resume_step(resume) if resume else 0  # a damaged last.ckpt is named before any work
+    start_step = resume_point(resume)[0] if resume else 0  # a damaged last.ckpt is named before any work
     datamodule = tasks.DataModule(cfg)
     datamodule.prepare_data()
     datamodule.setup()
@@ -174,18 +175,20 @@ def run(cfg: dict[str, Any], run_dir: Path, *, locked: bool = False) -> dict[str
     The run holds ``<run_dir>/run.lock`` (rank zero): a second run started in the same folder stops at once.
     ``locked``: the caller holds it already (``run.py`` takes it before Hydra writes into the folder).
     A run folder whose record says ``completed`` is left alone and its record returned with
-    ``already_completed`` set; ``rerun=true`` moves its outputs aside and trains again.
+    ``already_completed`` set; one that holds a run of other settings (``lra.same_run``) is a UserError naming
+    them; ``rerun=true`` moves either's outputs aside and trains again (an unfinished run of the same settings
+    resumes).
     """
     run_dir = Path(run_dir)
     lock = run_folder_lock(run_dir) if rank_zero_only.rank == 0 and not locked else contextlib.nullcontext()
     with lock:
         for name in RUN_FILES:
             not_a_link(run_dir / name)
-        if (previous := completed_record(run_dir)) is not None:
-            if not cfg.get("rerun"):
-                return {**previous, "already_completed": True}
-            if rank_zero_only.rank == 0:
-                log.info("rerun=true: the completed run's outputs moved to %s", set_aside(run_dir))
+        held = refuse_other_run(cfg, run_dir)
+        if held is not None and held.completed and not cfg.get("rerun"):
+            return {**held.record, "already_completed": True}
+        if held is not None and (held.completed or changes_from(held, cfg)) and rank_zero_only.rank == 0:
+            log.info("rerun=true: the earlier run's outputs moved to %s", set_aside(run_dir))
         return train_and_record(cfg, run_dir)
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 from results.collect import CLASSIC_TASKS, SECTION_SEP, UNTAGGED, YOURS, Problem, base_tag, only_yours
 from results.escapes import ESCAPE_AT, escape_steps
 from results.markdown_text import md_code, md_text
-from results.protocol import DEFAULT_TAG, TRAINER_KEYS
+from results.protocol import DEFAULT_TAG
 from results.summary import AVERAGE, REFERENCE_ROWS, best_flags, follows, is_reference, shown_beside
 
 QUICK_TAG = "quick"  # a pipeline check: its section gets no runs table
@@ -175,10 +175,10 @@ def reading_notes(references: dict[str, pd.DataFrame]) -> str:
         *(f"`({label})`: {(frame.attrs.get('source') or 'published numbers').rstrip('.')}."
           for label, frame in references.items()),
         "Runs with different `tag`s are never averaged together: each tag has its own section.",
-        "Config drift: a run whose `task` or `model` settings (data locations and loader workers aside) or trainer "
-        f"{', '.join(TRAINER_KEYS)} differ from its tag's protocol (the repo's Hydra config for that task and the "
-        "tag's experiment) gets a section of its own, named by the differing settings (`<tag> · key=value, ...`) and "
-        "averaged only with runs that differ the same way (e.g. a comparison at fewer `task.max_steps`). Read beside "
+        "Config drift: a run whose `task`, `model` or `trainer` settings differ from its tag's protocol (the repo's "
+        "Hydra config for that task and the tag's experiment; settings that say only where or how a run ran, such "
+        "as data locations, loader workers, devices and logging, aside: `lra/identity.py`) gets a section of its "
+        "own, named by the differing settings (`<tag> · key=value, ...`) and averaged only with runs that differ the same way (e.g. a comparison at fewer `task.max_steps`). Read beside "
         "the committed records (`results/runs/`), your own runs get sections `<tag> · yours`: they never replace or "
         "join a committed number. A cell whose runs come from several commits says so under its table.",
     ]

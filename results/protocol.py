@@ -3,8 +3,9 @@
 The protocol of a run is the repo's Hydra config composed for its task and its experiment: the `experiment` its
 record names (null = none, the repo defaults), or for records older than that field the experiment named like
 their tag (`default` = none; `conf/experiment/<tag>.yaml`). Only the settings that change what is measured
-count: the `task` and `model` sections and a few trainer settings; attention options, seed, tag, data
-locations and loader workers do not.
+count: the run's identity (`lra.identity`) in the `task`, `model` and `trainer` sections; attention options
+and the seed vary within a table, and where or how a run ran (data locations, loader workers, devices,
+progress and logging) never counts.
 """
 
 from __future__ import annotations
@@ -16,18 +17,14 @@ import pandas as pd
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from lra.config import CONF_DIR, IGNORED_LEAVES, compose
+from lra.config import CONF_DIR, compose
+from lra.identity import identity
+from lra.record_compat import IMPLICIT
 from results.markdown_text import md_code, md_text
 
 DEFAULT_TAG = "default"
 SECTIONS = ("task", "model", "trainer")
-TRAINER_KEYS = ("max_steps", "precision", "gradient_clip_val", "gradient_clip_algorithm", "accumulate_grad_batches")
-# where the data lives and how fast it loads or evaluates, not what it is
 ABSENT = "<absent>"
-# settings added to conf/ after runs were recorded, with the value those older runs used implicitly
-IMPLICIT = {"task.optim.schedule": "linear", "model.attention_dropout": 0.0,
-            "task.data.generate.contour_length": 14, "task.data.generate.close_brackets": True,
-            "task.batching": "random", "task.batching_pool": 50}
 SHOWN_DIFFERENCES = 6
 # a section of runs apart from their tag's: "<tag> · <settings that differ from its protocol>" and/or "· yours"
 SECTION_SEP, YOURS = " · ", "yours"
@@ -84,15 +81,9 @@ def has_protocol(config: object) -> bool:
 
 
 def protocol_view(config: dict) -> dict[str, object]:
-    """The protocol-relevant settings as {"task.optim.lr": 0.0001, ...}; null settings count as absent."""
-    trainer = config.get("trainer") or {}
-    sections = {
-        "task": config.get("task") or {}, "model": config.get("model") or {},
-        "trainer": {key: value for key, value in trainer.items() if key in TRAINER_KEYS},
-    }
-    flat = pd.json_normalize(sections, sep=".").iloc[0].to_dict()
-    view = {key: value for key, value in flat.items()
-            if value is not None and key.rsplit(".", 1)[-1] not in IGNORED_LEAVES}
+    """The protocol-relevant settings as {"task.optim.lr": 0.0001, ...}: the run's identity (``lra.identity``) in
+    the protocol's sections; null settings count as absent."""
+    view = {key: value for key, value in identity(config).items() if key.split(".", 1)[0] in SECTIONS}
     if view:  # a record with protocol settings
         view = {**IMPLICIT, **view}
     return view

@@ -13,8 +13,9 @@ import attention_zoo
 from analyses import _microscope_approx as approx
 from analyses import _microscope_metrics as metrics
 from analyses._microscope_capture import capture, implicit_matrix, reproduction_error, softmax_matrix
-from analyses._microscope_models import finished_run, what_it_learned
+from analyses._microscope_models import finished_run
 from analyses.microscope import matrices_of, parse, trained_rows
+from lra.identity import identity
 from lra.model import Encoder
 from results.microscope import write_microscope_tables
 
@@ -131,12 +132,14 @@ def test_finished_run_matches_what_was_learned(tmp_path):
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     (run / "checkpoints" / "best.ckpt").write_bytes(b"")
-    moved = {**cfg, "tag": "other", "trainer": {}, "task": {"name": "listops", "data": {"root": "b", "seed": 0}}}
+    moved = {**cfg, "tag": "other", "trainer": {"max_steps": 5, "enable_progress_bar": False},
+             "task": {"name": "listops", "data": {"root": "b", "seed": 0}}}
     record = {"status": "completed", "best_checkpoint": "/gone/best.ckpt", "config": moved}
     (run / "result.json").write_text(json.dumps(record))
-    assert what_it_learned(cfg) == what_it_learned(moved)
+    assert identity(cfg) == identity(moved)
     assert finished_run(cfg, [tmp_path]) == run / "checkpoints" / "best.ckpt"
     assert finished_run({**cfg, "seed": 1}, [tmp_path]) is None
+    assert finished_run({**cfg, "trainer": {"max_steps": 6}}, [tmp_path]) is None  # trained for other steps
     # a key added to conf/ after the run was recorded, that says how it ran, not what it learned
     assert finished_run({**cfg, "model": {"dim": 8, "checkpoint_blocks": False}}, [tmp_path]) is None
     record["config"] = {**moved, "model": {"dim": 8}}

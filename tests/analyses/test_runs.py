@@ -7,6 +7,7 @@ import json
 import pytest
 
 from analyses import _runs, ar_ablation
+from lra.errors import UserError
 
 BASE = ["--seeds", "2"]  # not --quick: its own max_steps would hide --steps
 
@@ -41,5 +42,5 @@ def test_a_completed_run_is_reused_only_under_its_own_config(tmp_path):
     record = {"task": "ar", "attention": "llops", "seed": 0, "status": "completed", "config": cfg}
     (run_dir / "result.json").write_text(json.dumps(record))
     assert _runs.train_or_reuse(cfg, run_dir) == record
-    with pytest.raises(RuntimeError, match="another config"):
+    with pytest.raises(UserError, match="holds a completed run of other settings .* seed: 0 -> 1"):
         _runs.train_or_reuse({**cfg, "seed": 1}, run_dir)

@@ -13,7 +13,7 @@ import pytest
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lra.callbacks import CheckpointOnPreemption
-from lra.checkpoints import resume_step
+from lra.checkpoints import resume_point
 from lra.train import run
 from tests.lra.conftest import TINY, compose_config, signal_at_step
 
@@ -48,7 +48,7 @@ def test_a_resumed_run_counts_on_from_the_step_it_resumed_at(tiny_data_dir, tmp_
         with pytest.raises(SIGTERMException):
             run(config(tiny_data_dir), tmp_path / "run")
     capfd.readouterr()  # the first segment's output
-    resumed = resume_step(tmp_path / "run" / "checkpoints" / "last.ckpt")  # the end of the signalled step
+    resumed = resume_point(tmp_path / "run" / "checkpoints" / "last.ckpt")[0]  # the end of the signalled step
     assert 0 < resumed < STEPS
     run(config(tiny_data_dir), tmp_path / "run")
     frames = step_frames("".join(capfd.readouterr()))

@@ -1,0 +1,86 @@
+"""Which run is this: ``identity(config)``, the settings that change what a run computes, and ``digest``.
+
+Every question "is this the same run?" is answered here: the run folder's name (``lra.hydra_hooks.run_name``), the
+refusal of a resume or a completed folder of other settings (``lra.same_run``), the protocol check of ``results``,
+the analyses' reuse-or-train (``analyses._runs``), the microscope's model cache and the analyses' finished cells.
+
+A setting belongs to the identity unless ``WHERE_OR_HOW`` lists it (or a section above it): where the data and the
+outputs live, how fast a run loads, evaluates or recomputes, in how many parts it computes a batch, on which
+devices it runs and what it prints. A Lightning setting nobody listed counts (a folder too many is harmless; a
+shared folder is not). Null counts as absent, so a key added to ``conf/`` later with a null default changes nothing.
+No torch here: ``run.py`` names the folder before torch loads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+# dotted keys (and the sections under them) that say where or how a run runs, not what it computes
+WHERE_OR_HOW = (
+    "tag", "experiment",  # names: the folder's; an experiment is a preset whose values are the other keys
+    "data_dir", "task.data.root", "checkpoint", "rerun", "analysis",  # where; whether to redo; who asked
+    "task.data.num_workers", "task.data.generate.workers", "task.data.eval_batch_size",  # loading, evaluating
+    "task.micro_batches", "model.checkpoint_blocks", "reuse_freed_memory",  # memory: the same numbers
+    "trainer.accelerator", "trainer.devices", "trainer.num_nodes", "trainer.strategy",  # where it runs
+    "trainer.enable_progress_bar", "trainer.log_every_n_steps", "trainer.enable_model_summary",  # what it prints
+    "trainer.detect_anomaly",  # checks every backward: slower, the same numbers
+)
+IN_THE_PATH = ("task", "attention", "seed")  # outputs/<task>/<attention>/seed<seed>/<tag>: named already
+ABSENT = "<absent>"
+DIGEST_LENGTH = 12
+
+
+def where_or_how(key: str) -> bool:
+    """Whether the dotted ``key`` only says where or how a run runs (``WHERE_OR_HOW`` or a key under one)."""
+    return any(key == listed or key.startswith(listed + ".") for listed in WHERE_OR_HOW)
+
+
+def flatten(node: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"task": {"optim": {"lr": 1e-3}}}`` -> ``{"task.optim.lr": 1e-3}``; lists stay values, an empty section
+    holds no key."""
+    flat: dict[str, Any] = {}
+    for key, value in node.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def identity(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of a resolved run config that change what it computes, as ``{"task.optim.lr": 0.001, ...}``
+    sorted by key: everything but ``WHERE_OR_HOW`` and null values."""
+    flat = flatten(config)
+    return {key: flat[key] for key in sorted(flat) if flat[key] is not None and not where_or_how(key)}
+
+
+def digest(value: Any, length: int = DIGEST_LENGTH) -> str:
+    """The first ``length`` hex digits of the SHA-256 of ``value`` as sorted JSON: folder names and cache keys."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:length]
+
+
+def identity_digest(config: Mapping[str, Any]) -> str:
+    """``digest(identity(config))``: two configs with one digest compute the same run."""
+    return digest(identity(config))
+
+
+def differences(before: Mapping[str, Any], after: Mapping[str, Any],
+                implicit: Mapping[str, Any] | None = None) -> list[tuple[str, Any, Any]]:
+    """``(key, before's value, after's value)`` for every identity setting where two configs differ, by key;
+    ``ABSENT`` for a missing one. ``implicit``: settings added to ``conf/`` after ``before`` was written, with
+    the value it used without naming it (default ``lra.record_compat.IMPLICIT``)."""
+    if implicit is None:
+        from .record_compat import IMPLICIT as implicit
+    old, new = {**implicit, **identity(before)}, {**implicit, **identity(after)}
+    pairs = [(key, old.get(key, ABSENT), new.get(key, ABSENT)) for key in sorted(old.keys() | new.keys())]
+    return [(key, a, b) for key, a, b in pairs if a != b]
+
+
+def describe(changes: list[tuple[str, Any, Any]], shown: int = 10) -> str:
+    """``"task.optim.lr: 0.001 -> 0.05; model.dim: 64 -> 32"``, the first ``shown`` of them and a count."""
+    text = "; ".join(f"{key}: {a} -> {b}" for key, a, b in changes[:shown])
+    return text + (f"; and {len(changes) - shown} more" if len(changes) > shown else "")
