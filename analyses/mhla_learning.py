@@ -42,6 +42,7 @@ from analyses._mhla_model import fit_mhla, identifiability_certificate
 from analyses._mhla_report import memory_notes, plot_memory, plot_teacher, summarize, teacher_notes
 from analyses._mhla_training import CoefficientModel, MHLAStack, Summary, normalised_mse, train_adamw
 from analyses.record import ANALYSIS_ROOT, tabulate, write_analysis_record
+from lra.atomic import write_atomic
 from lra.outputs import TABLES
 
 TEACHER, MEMORY = "mhla_teacher", "mhla_memory"
@@ -196,7 +197,7 @@ def write(name: str, rows: list[dict], cells: list[dict], keys: list[str], cfg: 
     """Record (+ per-seed ``cells.json`` beside it), tables and PNG of one analysis."""
     path = write_analysis_record(name, rows, keys=keys, config=asdict(cfg), started=started, published=None,
                                  out_root=args.out_root, notes=notes)
-    (path.parent / "cells.json").write_text(json.dumps(cells, indent=1), encoding="utf-8")
+    write_atomic(path.parent / "cells.json", json.dumps(cells, indent=1))
     tables = tabulate(name, path, args.tables)
     return [path, path.parent / "cells.json", *tables, plot(cells, cfg, Path(args.tables) / f"{name}.png")]
 

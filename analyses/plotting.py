@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lra.atomic import save_figure
+
 
 def pyplot():
     """``matplotlib.pyplot`` on the non-interactive Agg backend."""
@@ -16,10 +18,8 @@ def pyplot():
 
 
 def save(fig, path: str | Path) -> Path:
-    """Save ``fig`` as PNG (folders made), close it, return the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Save ``fig`` as PNG atomically (folders made), close it, return the path."""
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     fig.canvas.figure.clf()
-    return path
+    return Path(path)

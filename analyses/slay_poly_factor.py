@@ -41,6 +41,7 @@ from analyses.record import ANALYSIS_ROOT, tabulate, write_analysis_record
 from attention_zoo.kernel import causal_products, kernel_attention, naive_normalized_attention
 from attention_zoo.slay import laguerre_nodes, positive_random_features, quadrature_yat_kernel
 from attention_zoo.yat import naive_yat, unit
+from lra.atomic import write_atomic
 from lra.outputs import TABLES
 
 NAME = "slay_poly_factor"
@@ -350,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
                                  notes=notes(rows, cfg, exact_ms))
     tables = tabulate(NAME, path, args.tables)
     sweep = [{"kind": "attention", **c} for c in attention_points] + [{"kind": "poly", **pt} for pt in poly_points]
-    pd.DataFrame(sweep).drop(columns="times").to_csv(path.parent / "sweep.csv", index=False)
+    write_atomic(path.parent / "sweep.csv", pd.DataFrame(sweep).drop(columns="times").to_csv(index=False))
     png = plot(poly_points, attention_points, cfg, Path(args.tables) / f"{NAME}.png")
     print(Path(tables[1]).read_text(encoding="utf-8"))
     print(f"wrote {path}, {', '.join(map(str, tables))}, {png}, {path.parent / 'sweep.csv'}")

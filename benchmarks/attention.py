@@ -20,6 +20,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import attention_zoo
 from lra.allocator import reuse_freed_memory
+from lra.atomic import save_figure, write_atomic
 from lra.outputs import BENCH
 
 DEFAULT_NAMES = ["softmax", "linear", "based", "llops", "polysketch", "performer", "cosformer", "nystrom"]
@@ -137,7 +138,7 @@ def plot(frame, path: Path, memory_label: str = "memory (MB)") -> None:
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -210,10 +211,9 @@ def main(argv=None) -> int:
     add_ratios(rows)
     frame = pd.DataFrame(rows)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     frame["allocator"] = allocator
     stem = ("fig2" if args.paper_fig2 else f"bench_{args.device}") + ("_reuse" if args.reuse_memory else "")
-    frame.to_csv(out / f"{stem}.csv", index=False)
+    write_atomic(out / f"{stem}.csv", frame.to_csv(index=False))
     plot(frame, out / f"{stem}.png", "peak memory (MB)" if device.type == "cuda" else "saved for backward (MB)")
     show = ["attention", "length", "fwd_bwd_s", "vs_linear", "vs_softmax", "memory_mb", "matmul_fraction"]
     print(frame[show].to_string(index=False, float_format=lambda x: f"{x:.3g}"))

@@ -38,6 +38,7 @@ from torch.utils.checkpoint import checkpoint
 
 from attention_zoo import extra_inputs
 from lra.allocator import reuse_freed_memory
+from lra.atomic import write_atomic
 from lra.config import compose
 from lra.model import AttentionBlock
 from lra.outputs import BENCH
@@ -214,14 +215,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"ours / port {row['ours_over_port']:.2f} (CPU time {row['cpu_ours_over_port']:.2f})", flush=True)
     frame = pd.DataFrame(rows)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     written = frame
     if args.merge and (out / "port_step.csv").exists():
         kept = pd.read_csv(out / "port_step.csv")
         written = pd.concat([kept[~kept.mechanism.isin(args.attentions)], frame], ignore_index=True)
         order = {name: i for i, name in enumerate(MECHANISMS)}
         written = written.sort_values("mechanism", key=lambda c: c.map(order), kind="stable")
-    written.to_csv(out / "port_step.csv", index=False)
+    write_atomic(out / "port_step.csv", written.to_csv(index=False))
     shown = frame.drop(columns=["our_options", "batch", "length", "steps", "threads"])
     print(shown.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     print(f"wrote {out / 'port_step.csv'}")

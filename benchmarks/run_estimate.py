@@ -40,9 +40,11 @@ import torch
 
 from benchmarks.flops import counter, gemm_gflops
 from lra.allocator import reuse_freed_memory
+from lra.atomic import write_atomic
 from lra.config import compose
 from lra.errors import UserError
 from lra.outputs import BENCH
+from lra.settings import eval_batch_size
 from lra.threads import torch_threads
 from lra.train import task_module
 
@@ -102,7 +104,7 @@ def step_seconds(cfg: dict, datamodule, model, steps: int, warmup: int) -> tuple
 
 def pass_seconds(cfg: dict, datamodule, model, split: str, every: int) -> tuple[float, float, int, int]:
     """Estimated wall and CPU seconds of one evaluation pass over ``split``, the batches timed and all."""
-    batch_size = int(cfg["task"]["data"].get("eval_batch_size") or cfg["task"]["batch_size"])
+    batch_size = eval_batch_size(cfg["task"])  # as the run's loader batches it
     indices, timed, total = sample_batches(datamodule.eval_order(split), batch_size, every)
     clock = Clock()
     trainer = pl.Trainer(**trainer_kwargs(cfg), inference_mode=True, callbacks=[clock])
@@ -123,7 +125,7 @@ def step_gflop(datamodule, model, steps: int) -> float:
 
 def pass_gflop(cfg: dict, datamodule, model, split: str, every: int) -> float:
     """Matmul GFLOP of one evaluation pass over ``split``, from the batches ``pass_seconds`` times."""
-    batch_size = int(cfg["task"]["data"].get("eval_batch_size") or cfg["task"]["batch_size"])
+    batch_size = eval_batch_size(cfg["task"])  # as the run's loader batches it
     indices, timed, total = sample_batches(datamodule.eval_order(split), batch_size, every)
     model.eval()
     with torch.inference_mode(), counter() as flops:
@@ -135,7 +137,7 @@ def pass_gflop(cfg: dict, datamodule, model, split: str, every: int) -> float:
 
 def estimate(attention: str, args) -> dict:
     cfg = compose(["task=listops", f"attention={attention}", *args.overrides])
-    if cfg.get("reuse_freed_memory", True):
+    if cfg["reuse_freed_memory"]:
         reuse_freed_memory()  # as run.py
     pl.seed_everything(cfg["seed"], verbose=False)
     tasks = task_module(cfg["task"]["name"])
@@ -208,8 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     frame = pd.DataFrame(rows)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out / "run_estimate.csv", index=False)
+    write_atomic(out / "run_estimate.csv", frame.to_csv(index=False))
     columns = ["attention", "step_s", "val_pass_s", "test_pass_s", "total_min", "ratio_to_target", "cpu_step_s",
                "cpu_val_pass_s", "cpu_test_pass_s", "cpu_total_min", "cpu_ratio_to_target", "step_gflop",
                "cpu_gflops", "floor_min"]

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from benchmarks.loading import LoadingTimer
 from lra.allocator import reuse_freed_memory
+from lra.atomic import write_atomic
 from lra.config import CONF_DIR, compose
 from lra.errors import UserError
 from lra.model import AttentionBlock
@@ -68,7 +69,7 @@ def synthetic_batch(cfg: dict, batch_size: int, generator: torch.Generator) -> d
 def step_seconds(cfg: dict, batch: dict[str, Tensor], steps: int, warmup: int, pass_through: bool) -> float:
     """Median seconds of one Lightning training step (after ``warmup`` steps) on ``batch`` repeated; with
     ``task.micro_batches`` n, ``batch`` is one part and a step is n parts accumulated (times summed per step)."""
-    micro = int(cfg["task"].get("micro_batches", 1))
+    micro = int(cfg["task"]["micro_batches"])
     pl.seed_everything(cfg["seed"], verbose=False)
     model = task_module(cfg["task"]["name"]).LitModule(cfg, VOCAB, int(cfg["task"]["num_classes"]))
     if pass_through:
@@ -91,7 +92,7 @@ def measure(task: str, attention: str, args) -> dict:
     if args.experiment:
         overrides.append(f"experiment={args.experiment}")
     cfg = compose(overrides)
-    micro = int(cfg["task"].get("micro_batches", 1))
+    micro = int(cfg["task"]["micro_batches"])
     batch_size = args.batch or int(cfg["task"]["batch_size"])
     if batch_size % micro:
         raise UserError(f"--batch {batch_size} does not split into task.micro_batches={micro} equal parts: "
@@ -137,8 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     frame = pd.DataFrame(rows)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out / "step_cpu.csv", index=False)
+    write_atomic(out / "step_cpu.csv", frame.to_csv(index=False))
     print(frame.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     print(f"wrote {out / 'step_cpu.csv'}")
     return 0

@@ -36,6 +36,7 @@ import attention_zoo
 from benchmarks.loading import LoadingTimer
 from benchmarks.step import VOCAB, synthetic_batch
 from lra.allocator import reuse_freed_memory
+from lra.atomic import write_atomic
 from lra.config import compose
 from lra.outputs import BENCH
 from lra.train import task_module
@@ -81,10 +82,10 @@ class PeakProbe(pl.Callback):
 def measure_here(task: str, attention: str, batch_size: int | None, steps: int, overrides: list[str]) -> dict:
     """One cell in this process: memory before training, the peak over ``steps`` steps, the step time."""
     cfg = compose([f"task={task}", f"attention={attention}", *overrides])
-    if cfg.get("reuse_freed_memory", True):
+    if cfg["reuse_freed_memory"]:
         reuse_freed_memory()
     pl.seed_everything(cfg["seed"], verbose=False)
-    micro = int(cfg["task"].get("micro_batches", 1))
+    micro = int(cfg["task"]["micro_batches"])
     batch_size = batch_size or int(cfg["task"]["batch_size"]) // micro
     batch = synthetic_batch(cfg, batch_size, torch.Generator().manual_seed(0))
     model = task_module(task).LitModule(cfg, VOCAB, int(cfg["task"]["num_classes"]))
@@ -179,8 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{task:>10} {attention:>11}: {said}", flush=True)
     frame = pd.DataFrame(rows)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out / "step_memory.csv", index=False)
+    write_atomic(out / "step_memory.csv", frame.to_csv(index=False))
     misfits = frame[~frame["fits"].astype(bool)]
     names = ", ".join(f"{t}/{a}" for t, a in zip(misfits.task, misfits.attention))
     print(f"{len(frame) - len(misfits)} of {len(frame)} cells fit in {args.fit_gib:g} GiB at batch {args.fit_batch}"

@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from lra.atomic import write_atomic
 from lra.outputs import BENCH
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,8 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{kind:>5} {r['threads']} thread(s) {policy:>12}: {r['wall_s']:6.1f} s command, {fit} s training"
               f"  {r['status'] if r['status'] != 'ok' else ''}", flush=True)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(rows).to_csv(out / "threads.csv", index=False)
+    write_atomic(out / "threads.csv", pd.DataFrame(rows).to_csv(index=False))
     print(f"wrote {out / 'threads.csv'}")
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 

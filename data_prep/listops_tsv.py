@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep.atomic import atomic_output
 from data_prep.compact import fail
+from lra.atomic import atomic_output
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 VOCAB = ("<pad>", *(str(d) for d in range(10)), *OPERATORS, "]")

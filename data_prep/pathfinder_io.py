@@ -16,6 +16,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from data_prep.compact import DataError, fail, inside
+from lra.atomic import atomic_output
 
 RELEASE_FOLDERS = {32: "pathfinder32", 128: "pathfinder128"}
 HARD = "curv_contour_length_14"
@@ -116,6 +117,6 @@ def write_preview(path: Path, tokens: np.ndarray, labels: np.ndarray, window: in
         sheet.paste(tile.resize((side, side), Image.NEAREST).convert("RGB"), (x + border, y + title + border))
         draw.text((x + border, y + 1), f"#{i} label {int(labels[i])}", fill=colour)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sheet.save(path)
+    with atomic_output(path) as f:
+        sheet.save(f, format=Image.registered_extensions().get(path.suffix.lower(), "PNG"))
     return path

@@ -3,7 +3,7 @@ when the folder moved, a bad ``last.ckpt`` named.
 
 Lightning writes a checkpoint to a temporary file elsewhere (fsspec's, in the system's temp folder) and copies
 it across file systems, so a full disk left ``last.ckpt`` torn; ``RunFolderCheckpointIO`` writes a temporary
-file beside it and renames it over (``data_prep.atomic``), so a failed write leaves the previous file whole.
+file beside it and renames it over (``lra.atomic``), so a failed write leaves the previous file whole.
 Lightning keeps the best checkpoint's absolute path in ``last.ckpt``; when the run folder is moved or copied,
 it restores that path but not its score, so a resumed run would test (or fail to find) the old folder's file.
 """
@@ -18,8 +18,7 @@ import torch
 from lightning_fabric.plugins import TorchCheckpointIO
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from data_prep.atomic import LinkRefused, atomic_output, refuse_link
-
+from .atomic import LinkRefused, atomic_output, refuse_link
 from .disk import disk_full, full_disk_error
 from .errors import UserError
 

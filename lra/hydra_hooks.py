@@ -32,8 +32,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from data_prep.atomic import LinkRefused, NotWritable, check_writable, refuse_link
-
+from .atomic import LinkRefused, NotWritable, check_writable, refuse_link
 from .checks import check_added_keys, check_config
 from .config import CONF_DIR
 from .errors import UserError

@@ -19,9 +19,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from data_prep.atomic import write_atomic
+from lra.atomic import LinkRefused, check_writable, refuse_link, write_atomic
 from results.analyses import find_analyses, write_analysis_tables
-from results.atomic import LinkRefused, check_output_folder
 from results.collect import collect
 from results.escapes import add_escapes
 from results.html import write_site
@@ -36,6 +35,17 @@ from results.summary import DEFAULT_REFERENCES, REFERENCES, add_published, load_
 
 COMMITTED_ROOT, COMMITTED_OUT = "results/runs", "results/tables"
 USER_ROOTS, USER_OUT = (COMMITTED_ROOT, "outputs"), "outputs/tables"
+
+
+def check_output_folder(out: str | Path) -> None:
+    """``NotWritable`` when tables cannot be written under ``out``; ``LinkRefused`` naming a symbolic link among
+    its files or its page's images (a plot drawn over one would be written through it)."""
+    out = Path(out)
+    check_writable(out, "give another --out DIR")
+    for folder in (out, out / "index_files"):
+        if folder.is_dir() and not folder.is_symlink():
+            for entry in sorted(folder.iterdir()):
+                refuse_link(entry)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from data_prep.atomic import atomic_output, read_regular
+from lra.atomic import read_regular, write_atomic
 from results.curves import METRICS_NAMES
 
 COMMITTED_RUNS = Path(__file__).resolve().parent / "runs"
@@ -71,8 +71,7 @@ def archive(run_dir: Path, dest_root: Path = COMMITTED_RUNS) -> Path:
     metrics = metrics_file(run_dir)
     files = {"result.json": record_bytes, **({"metrics.csv": read_regular(metrics)} if metrics else {})}
     for name, data in files.items():  # everything is read (and a link refused) before anything is written
-        with atomic_output(dest / name) as f:
-            f.write(data)
+        write_atomic(dest / name, data)
     return dest
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from data_prep.atomic import write_atomic
+from lra.atomic import write_atomic
 from results.markdown import markdown_table
 
 BENCH_DIR = Path(__file__).resolve().parent / "tables" / "bench"

@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from lra.atomic import write_atomic
+
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--no-default-browser-check",
          "--hide-scrollbars", "--force-device-scale-factor=1", "--remote-debugging-pipe")
@@ -194,10 +196,7 @@ class Chromium:
     def screenshot(self, path: str | Path) -> Path:
         """Save the viewport as PNG."""
         data = self.send("Page.captureScreenshot", {"format": "png"}, session=self.session)["data"]
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(base64.b64decode(data))
-        return path
+        return write_atomic(path, base64.b64decode(data))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from lra.atomic import save_figure  # noqa: E402
 from results.collect import first_line  # noqa: E402
 from results.plot_style import EDGE, attention_style, plain  # noqa: E402
 from results.safe_read import CSV_LIMIT, UnsafeFile, read_limited  # noqa: E402
@@ -102,7 +103,7 @@ def plot_learning_curves(long: pd.DataFrame, path: Path) -> bool:
     if not curves:
         return False
     fig = curves_figure(curves)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    save_figure(fig, path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return True
 
@@ -133,6 +134,6 @@ def plot_curves_across_tags(long: pd.DataFrame, task: str, path: Path, threshold
            ylabel="validation accuracy (%)")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    save_figure(fig, path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return True

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from data_prep.atomic import write_atomic
+from lra.atomic import write_atomic
 from results.collect import CLASSIC_TASKS, Problem
 from results.html_runs import analyses_part, problems_list, read_configs, run_id, runs_part, short_id
 from results.html_template import Cell, esc, figure, inline, number, page, table, text

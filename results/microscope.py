@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from lra.atomic import copy_atomic, write_atomic
 from results.analyses import format_value
-from results.atomic import copy_atomic, write_atomic
 from results.markdown import markdown_table
 
 NAME = "microscope"

@@ -13,6 +13,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from lra.atomic import save_figure  # noqa: E402
 from results.collect import base_tag  # noqa: E402
 from results.curves import plot_curves_across_tags, plot_learning_curves  # noqa: E402
 from results.escapes import ESCAPE_AT  # noqa: E402
@@ -51,7 +52,7 @@ def accuracy_figure(summary: pd.DataFrame) -> Figure:
 def plot_accuracy(summary: pd.DataFrame, path: Path) -> None:
     """`accuracy_figure` written to `path`."""
     fig = accuracy_figure(summary)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    save_figure(fig, path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -70,7 +71,7 @@ def time_figure(long: pd.DataFrame) -> Figure:
 def plot_accuracy_vs_time(long: pd.DataFrame, path: Path) -> None:
     """`time_figure` written to `path`."""
     fig = time_figure(long)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    save_figure(fig, path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 

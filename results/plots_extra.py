@@ -14,6 +14,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
 
+from lra.atomic import save_figure  # noqa: E402
 from results.curves import plot_learning_curves  # noqa: E402
 from results.plot_style import attention_legend, plain, scatter_attention  # noqa: E402
 from results.protocol import compose_protocol  # noqa: E402
@@ -24,7 +25,7 @@ SPREAD = 0.015  # octaves between neighbouring attentions' points at one length 
 
 def save(fig: Figure, path: Path, dpi: int = 100) -> None:
     """Write a figure as PNG (trimmed to its contents, legends included) and close it."""
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    save_figure(fig, path, dpi=dpi, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from data_prep.atomic import write_atomic
 from data_prep.compact import DataError, load_manifest, load_split
+from lra.atomic import write_atomic
 from results.safe_read import UnsafeFile, read_limited
 
 RULES = {"listops": "root-operator rule"}

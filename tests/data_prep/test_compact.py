@@ -1,4 +1,5 @@
-"""Tests of the compact prepared-data format: round trip, atomic writes and every refusal path."""
+"""Tests of the compact prepared-data format: round trip, staged writes and every refusal path (the atomic
+writer itself: ``tests/lra/test_atomic.py``)."""
 
 import json
 import os
@@ -6,7 +7,6 @@ import os
 import numpy as np
 import pytest
 
-from data_prep.atomic import atomic_output
 from data_prep.compact import (
     CompactSplit,
     DataError,
@@ -108,17 +108,6 @@ def test_pack_sequences_rejects_bad_input():
 def test_write_split_rejects_label_count_mismatch(tmp_path):
     with pytest.raises(ValueError, match="labels"):
         write_split(tmp_path, "train", SEQUENCES, LABELS[:2], len(VOCAB))
-
-
-def test_atomic_output_replaces_on_success_and_keeps_old_file_on_error(tmp_path):
-    path = tmp_path / "file.txt"
-    with atomic_output(path, "w") as f:
-        f.write("first")
-    with pytest.raises(RuntimeError), atomic_output(path, "w") as f:
-        f.write("half-writ")
-        raise RuntimeError("crash while writing")
-    assert path.read_text() == "first"
-    assert [p.name for p in tmp_path.iterdir()] == ["file.txt"]
 
 
 def test_staged_task_dir_swaps_in_only_complete_data(tmp_path):
