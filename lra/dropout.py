@@ -1,15 +1,20 @@
-"""Inverted dropout whose CPU masks cost a quarter of a random draw per element.
+"""Inverted dropout with 16-bit CPU masks, applied by multiplication.
 
 ``torch.nn.Dropout`` on the CPU fills a float mask with ``bernoulli_`` (one Mersenne-Twister draw and a
-float compare per element, ~10 ns): at the LRA width it was ~40% of everything outside attention. Here
-each 64-bit draw (``random_`` over the full int64 range) is cut into four 16-bit words and an element is
-dropped when its word falls below ``round(p * 2**16)``. Backward needs only which elements were dropped:
-a bool mask is saved (a byte per element; ``nn.Dropout`` keeps a float mask, four).
+float compare per element, ~8.5 ns) and was ~40% of everything outside attention. Here each 64-bit draw
+(``random_`` over the full int64 range) is cut into four 16-bit words and an element is kept when its word
+is at least ``round(p * 2**16)`` (:func:`keep_mask`, ~1.8 ns an element); 16 random bits an element is what
+a rate within ``2**-16`` of any ``p`` needs, and a vectorised counter hash in torch's integer ops measured no
+cheaper than the Mersenne Twister. The mask is applied by multiplying with a float copy holding 0 or
+``1 / (1 - p)`` (:func:`keep_factor`; ``masked_fill_`` and ``where`` with a bool mask are 3-5x slower than a
+multiply), so a residual's dropout is one ``addcmul``. Backward needs only which elements
+were kept: a bool mask is saved (a byte an element; ``nn.Dropout`` keeps a float mask, four).
 
-The drop rate is ``round(p * 2**16) / 2**16`` (0.100006 for p = 0.1) and the kept values are scaled by its
-complement, so the layer stays unbiased. Draws come from torch's default generator: ``seed_everything``
-and the RNG state saved in checkpoints make them reproducible and resumable. Other devices (where
-dropout is a fused kernel already) use ``torch.nn.functional.dropout``.
+The drop rate is ``round(p * 2**16) / 2**16`` (0.100006 for p = 0.1: within ``2**-17`` of ``p``), exactly for
+every element (the words are uniform), and the kept values are scaled by its complement, so the layer stays
+unbiased. Draws come from torch's default generator: ``seed_everything`` and the RNG state saved in
+checkpoints make them reproducible and resumable, and a recomputed block (``torch.utils.checkpoint``) draws
+them again. Other devices (where dropout is a fused kernel already) use ``torch.nn.functional.dropout``.
 """
 
 from __future__ import annotations
@@ -32,36 +37,55 @@ def effective_p(p: float) -> float:
     return drop_threshold(p) / _WORDS
 
 
-def drop_mask(shape: torch.Size, p: float, device: torch.device) -> Tensor:
-    """Bool mask of ``shape``: True (dropped) with probability ``effective_p(p)``, four elements per 64-bit draw."""
-    numel = shape.numel()
-    words = torch.empty((numel + 3) // 4, dtype=torch.int64, device=device).random_(_INT64_MIN, None)
-    return words.view(torch.int16)[:numel].view(shape) < drop_threshold(p) - _WORDS // 2
-
-
-def apply_mask(x: Tensor, dropped: Tensor, scale: float) -> Tensor:
-    """``x / (1 - p)`` with the ``dropped`` elements zeroed (a new tensor)."""
-    return (x * scale).masked_fill_(dropped, 0.0)
-
-
-class _Dropped(torch.autograd.Function):
-    """``apply_mask(x, dropped, scale)``; backward masks the gradient the same way (only the bool mask is saved)."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, dropped: Tensor, scale: float) -> Tensor:
-        ctx.save_for_backward(dropped)
-        ctx.scale = scale
-        return apply_mask(x, dropped, scale)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        (dropped,) = ctx.saved_tensors
-        return apply_mask(grad, dropped, ctx.scale), None, None
-
-
 def keep_scale(p: float) -> float:
     """``1 / (1 - p)`` for the realised drop rate: kept elements are scaled by it."""
     return 1.0 / (1.0 - effective_p(p))
+
+
+def keep_mask(shape: torch.Size, p: float, device: torch.device) -> Tensor:
+    """Bool mask of ``shape``: True (kept) with probability ``1 - effective_p(p)``, four elements per 64-bit draw."""
+    numel = shape.numel()
+    words = torch.empty((numel + 3) // 4, dtype=torch.int64, device=device).random_(_INT64_MIN, None)
+    return words.view(torch.int16)[:numel].view(shape) >= drop_threshold(p) - _WORDS // 2
+
+
+def _kept_times(kept: Tensor, value: float, dtype: torch.dtype) -> Tensor:
+    """``value`` where ``kept``, else 0, in ``dtype``: one pass over the mask's bytes (a bool tensor's bytes are
+    0/1 uint8; ``value`` as a 0-dim ``dtype`` tensor sets the result's type)."""
+    return torch.mul(kept.view(torch.uint8), torch.tensor(value, dtype=dtype, device=kept.device))
+
+
+def keep_factor(kept: Tensor, scale: float, dtype: torch.dtype) -> Tensor:
+    """``scale`` where ``kept``, else 0, for tensors of ``dtype``: in ``dtype``, or float32 for a 16-bit float (whose
+    rounding of ``scale``, bfloat16's 1.109 for 1 / 0.9, would bias the layer). Multiplying by it rounds as
+    multiplying by ``scale`` does (in place, or cast back, for a 16-bit float)."""
+    return _kept_times(kept, scale, dtype if torch.finfo(dtype).bits >= 32 else torch.float32)
+
+
+def apply_mask(x: Tensor, kept: Tensor, scale: float) -> Tensor:
+    """``x * scale`` with the elements not ``kept`` zeroed (a new tensor of ``x``'s dtype)."""
+    return (x * keep_factor(kept, scale, x.dtype)).to(x.dtype)
+
+
+def add_masked(x: Tensor, y: Tensor, kept: Tensor, scale: float) -> Tensor:
+    """``x + apply_mask(y, kept, scale)`` in one pass over ``y``: ``addcmul`` rounds ``scale * y`` first, then
+    multiplies by 0 or 1 (exact), so a fused multiply-add cannot round differently from the two steps."""
+    return torch.addcmul(x, y, _kept_times(kept, 1.0, y.dtype), value=scale)
+
+
+class _Dropped(torch.autograd.Function):
+    """``apply_mask(x, kept, scale)``; backward masks the gradient the same way (only the bool mask is saved)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, kept: Tensor, scale: float) -> Tensor:
+        ctx.save_for_backward(kept)
+        ctx.scale = scale
+        return apply_mask(x, kept, scale)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (kept,) = ctx.saved_tensors
+        return apply_mask(grad, kept, ctx.scale), None, None
 
 
 def uses_cheap_masks(x: Tensor, p: float) -> bool:
@@ -75,7 +99,7 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
         return x
     if not uses_cheap_masks(x, p):
         return F.dropout(x, p, training=True)
-    return _Dropped.apply(x, drop_mask(x.shape, p, x.device), keep_scale(p))
+    return _Dropped.apply(x, keep_mask(x.shape, p, x.device), keep_scale(p))
 
 
 class Dropout(nn.Module):

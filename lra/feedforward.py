@@ -5,8 +5,9 @@ input and output, the GELU input and its output after dropout, and the two dropo
 floats and ``d + h`` mask bytes for width ``d`` and hidden ``h`` (``nn.Dropout``'s float masks would add
 ``3 (d + h)`` bytes more). The training path below keeps the block input, the GELU input and the masks
 (``d + h`` floats and ``d + h`` bytes: 0.56 of it at h = 2d) and recomputes the LayerNorm output
-(:mod:`lra.norm_linear`) and ``dropout(gelu(.))`` in backward, two elementwise passes. It computes the
-same numbers as the module path (the same ops in the same order; tests compare outputs and gradients).
+(:mod:`lra.norm_linear`) and ``dropout(gelu(.))`` in backward, two elementwise passes; the output dropout
+and the residual add are one ``addcmul`` (:func:`lra.dropout.add_masked`). It computes the same numbers as
+the module path (the same roundings; tests compare outputs and gradients).
 """
 
 from __future__ import annotations
@@ -17,11 +18,17 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from . import norm_linear
-from .dropout import Dropout, apply_mask, drop_mask, keep_scale, uses_cheap_masks
+from .dropout import Dropout, add_masked, apply_mask, keep_factor, keep_mask, keep_scale, uses_cheap_masks
 
 
-def _masked(x: Tensor, dropped: Tensor | None, scale: float) -> Tensor:
-    return x if dropped is None else apply_mask(x, dropped, scale)
+def _factor(kept: Tensor | None, scale: float, dtype: torch.dtype) -> Tensor | None:
+    """0 or ``scale`` where ``kept`` (None: no dropout)."""
+    return None if kept is None else keep_factor(kept, scale, dtype)
+
+
+def _times_(x: Tensor, factor: Tensor | None) -> Tensor:
+    """``x`` (a tensor of this function's own) multiplied in place by the dropout ``factor``."""
+    return x if factor is None else x.mul_(factor)
 
 
 class _FeedForward(torch.autograd.Function):
@@ -32,23 +39,24 @@ class _FeedForward(torch.autograd.Function):
     def forward(ctx, x: Tensor, ln_w: Tensor, ln_b: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor,
                 p: float, eps: float) -> Tensor:
         pre, mean, rstd = norm_linear.forward(x, ln_w, ln_b, w1, b1, eps)  # (..., hidden)
-        drop_hidden = drop_mask(pre.shape, p, x.device) if p > 0 else None
+        keep_hidden = keep_mask(pre.shape, p, x.device) if p > 0 else None
         scale = keep_scale(p) if p > 0 else 1.0
-        hidden = _masked(F.gelu(pre), drop_hidden, scale)
+        hidden = _times_(F.gelu(pre), _factor(keep_hidden, scale, pre.dtype))
         out = F.linear(hidden, w2, b2)  # (..., dim)
-        drop_out = drop_mask(out.shape, p, x.device) if p > 0 else None
-        ctx.save_for_backward(x, mean, rstd, pre, drop_hidden, drop_out, ln_w, ln_b, w1, w2)
+        keep_out = keep_mask(out.shape, p, x.device) if p > 0 else None
+        ctx.save_for_backward(x, mean, rstd, pre, keep_hidden, keep_out, ln_w, ln_b, w1, w2)
         ctx.scale, ctx.eps = scale, eps
-        return x + _masked(out, drop_out, scale)
+        return x + out if keep_out is None else add_masked(x, out, keep_out, scale)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: Tensor):
-        x, mean, rstd, pre, drop_hidden, drop_out, ln_w, ln_b, w1, w2 = ctx.saved_tensors
-        hidden = _masked(F.gelu(pre), drop_hidden, ctx.scale).reshape(-1, pre.shape[-1])  # (T, hidden)
-        grad_out = _masked(grad, drop_out, ctx.scale).reshape(-1, x.shape[-1])  # (T, dim)
-        grad_w2, grad_b2 = grad_out.t() @ hidden, grad_out.sum(0)
-        grad_hidden = _masked((grad_out @ w2).view(pre.shape), drop_hidden, ctx.scale)
+        x, mean, rstd, pre, keep_hidden, keep_out, ln_w, ln_b, w1, w2 = ctx.saved_tensors
+        factor = _factor(keep_hidden, ctx.scale, pre.dtype)
+        hidden = _times_(F.gelu(pre), factor).reshape(-1, pre.shape[-1])  # (T, hidden)
+        grad_out = (grad if keep_out is None else apply_mask(grad, keep_out, ctx.scale)).reshape(-1, x.shape[-1])
+        grad_w2, grad_b2 = grad_out.t() @ hidden, grad_out.sum(0)  # grad_out: (T, dim)
+        grad_hidden = _times_((grad_out @ w2).view(pre.shape), factor)
         grad_pre = torch.ops.aten.gelu_backward(grad_hidden, pre)
         grad_x, grad_ln_w, grad_ln_b, grad_w1, grad_b1 = norm_linear.backward(grad_pre, x, mean, rstd, ln_w, ln_b,
                                                                               w1, ctx.eps)

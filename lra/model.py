@@ -18,6 +18,7 @@ from .checks import POOLINGS
 from .dropout import Dropout
 from .feedforward import FeedForward
 from .norm_linear import norm_linear
+from .residual import linear_dropout_add
 
 
 class AttentionBlock(nn.Module):
@@ -50,7 +51,7 @@ class AttentionBlock(nn.Module):
         extras = dict(zip(extra_inputs(self.attention), rest))
         y = self.attention(q, k, v, key_padding_mask=mask, **extras)  # (B, H, N, head_dim)
         y = y.transpose(1, 2).reshape(b, n, self.inner)
-        return x + self.dropout(self.out(y))
+        return linear_dropout_add(x, y, self.out, self.dropout)  # x + dropout(out(y))
 
 
 def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
