@@ -1,0 +1,184 @@
+"""The step outside attention, this tree's ``lra`` against a git revision's, in one process:
+``python -m benchmarks.step_versions [--against REV]``.
+
+On shared cores absolute times drift with the other processes' load; a ratio measured within one process, the
+two versions taking turns, does not. ``lra/`` at ``REV`` is unpacked (``git archive``) into a temporary folder and
+imported under another name; both versions build the encoder of ``python run.py task=<task>`` (the full
+protocol's shapes unless overrides say otherwise) with every attention a pass-through (``out = v``, as in
+``benchmarks.step``) from the same seed, and each round times one training step of each (forward, backward,
+AdamW) on the same batch of full-length tokens, in the thread's CPU time (one intra-op thread, so time spent
+waiting for a core is not counted). The same is done for dropout alone (the ``Dropout`` module, forward and
+backward, on a ``(tokens, ffn_dim)`` tensor) and for drawing its bool masks (each version's mask function;
+``bernoulli``: this tree's against ``nn.Dropout``'s ``bernoulli_`` draw). Prints
+each version's median microseconds a token (masks and dropout: nanoseconds an element) and the median of the
+per-round ratios (this tree / REV). A benchmark, not a test: it writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import io
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+import lra.dropout
+import lra.model
+from benchmarks.step import PassThrough
+from lra.allocator import reuse_freed_memory
+from lra.config import compose
+from lra.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+MASK_FUNCTIONS = ("keep_mask", "drop_mask")  # lra.dropout's mask function, by its name at each revision
+PARTS = ["masks", "bernoulli", "dropout", "step"]
+
+
+def load_lra_at(rev: str, folder: Path) -> ModuleType:
+    """``lra`` as it is at git revision ``rev``, unpacked under ``folder`` and imported as ``lra_at_<rev>``."""
+    done = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "lra"], capture_output=True)
+    if done.returncode != 0:
+        raise UserError(f"--against {rev}: git archive failed ({done.stderr.decode().strip()}); give a commit of "
+                        f"this repository")
+    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python's own check, where it has one
+        archive.extractall(folder, **safe)
+    name = "lra_at_" + "".join(c if c.isalnum() else "_" for c in rev)
+    spec = importlib.util.spec_from_file_location(name, folder / "lra" / "__init__.py",
+                                                  submodule_search_locations=[str(folder / "lra")])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[name] = package
+    spec.loader.exec_module(package)
+    for part in ("model", "dropout"):
+        importlib.import_module(f"{name}.{part}")
+    return package
+
+
+def build(model_module: ModuleType, cfg: dict, seed: int = 0) -> torch.nn.Module:
+    """The encoder of ``cfg`` from ``model_module`` (a version's ``lra.model``), attention replaced by ``out = v``."""
+    model, max_len = cfg["model"], int(cfg["task"]["max_len"])
+    torch.manual_seed(seed)
+    return model_module.Encoder(vocab_size=256, max_len=max_len, dim=model["dim"], depth=model["depth"],
+                                num_heads=model["heads"], ffn_dim=model["ffn_dim"], dropout=model["dropout"],
+                                make_attention=lambda layer: PassThrough(), pooling=model["pooling"],
+                                qkv_dim=model.get("qkv_dim"))
+
+
+def training_step(encoder: torch.nn.Module, tokens: torch.Tensor, lengths: torch.Tensor) -> Callable[[], None]:
+    """One forward, backward and AdamW step of ``encoder`` with a linear read-out, as a function."""
+    head = torch.nn.Linear(encoder.norm.normalized_shape[0], 10)
+    optimizer = torch.optim.AdamW([*encoder.parameters(), *head.parameters()], lr=1e-4)
+    labels = torch.arange(tokens.shape[0]) % 10
+
+    def step() -> None:
+        out = encoder(tokens, lengths)
+        loss = torch.nn.functional.cross_entropy(head(out if out.dim() == 2 else out.mean(1)), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def dropout_pass(dropout_module: ModuleType, shape: tuple[int, int], p: float) -> Callable[[], None]:
+    """Forward and backward of a version's ``Dropout(p)`` on a tensor of ``shape``."""
+    layer = dropout_module.Dropout(p).train()
+    x = torch.randn(shape, requires_grad=True)
+    grad = torch.randn(shape)
+    return lambda: layer(x).backward(grad)
+
+
+def mask_draw(dropout_module: ModuleType, shape: tuple[int, int], p: float) -> Callable[[], None]:
+    """A version's bool dropout mask for ``shape`` (its mask function, whichever name it has there)."""
+    draw = getattr(dropout_module, next(n for n in MASK_FUNCTIONS if hasattr(dropout_module, n)))
+    size, device = torch.Size(shape), torch.device("cpu")
+    return lambda: draw(size, p, device)
+
+
+def bernoulli_draw(shape: tuple[int, int], p: float) -> Callable[[], None]:
+    """``nn.Dropout``'s CPU mask for ``shape``: a float ``bernoulli_`` draw."""
+    return lambda: torch.empty(shape).bernoulli_(1 - p)
+
+
+def compare(name: str, unit: str, per: int, new: Callable[[], None], old: Callable[[], None], rounds: int,
+            warmup: int) -> dict:
+    """Time ``new`` and ``old`` in turns (thread CPU time), ``rounds`` times after ``warmup``."""
+    times: dict[str, list[float]] = {"new": [], "old": []}
+    for i in range(warmup + rounds):
+        for label, fn in (("new", new), ("old", old)) if i % 2 == 0 else (("old", old), ("new", new)):
+            start = time.thread_time()
+            fn()
+            if i >= warmup:
+                times[label].append(time.thread_time() - start)
+    scale = (1e6 if unit == "us" else 1e9) / per
+    ratios = [a / b for a, b in zip(times["new"], times["old"])]
+    return {"what": name, "unit": f"{unit}/{'token' if unit == 'us' else 'element'}",
+            "this_tree": statistics.median(times["new"]) * scale, "against": statistics.median(times["old"]) * scale,
+            "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.step_versions", description=__doc__.splitlines()[0])
+    parser.add_argument("--against", default="HEAD", help="git revision to compare with (default: HEAD)")
+    parser.add_argument("--task", default="listops")
+    parser.add_argument("--batch", type=int, default=8, help="sequences a step (default 8)")
+    parser.add_argument("--rounds", type=int, default=7, help="timed rounds (median reported)")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--parts", nargs="+", default=PARTS, choices=PARTS)
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model.dropout=0.2")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # thread CPU time counts one thread
+    reuse_freed_memory()
+    try:
+        cfg = compose([f"task={args.task}", "attention=linear", *args.overrides])
+        with tempfile.TemporaryDirectory() as folder:
+            old = load_lra_at(args.against, Path(folder))
+            rows = run_parts(args, cfg, old)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"this tree against {args.against}: {args.task}, batch {args.batch}, one thread, medians of "
+          f"{args.rounds} rounds (ratio: this tree / {args.against}, min-max over rounds)")
+    for r in rows:
+        print(f"{r['what']:>8}: {r['this_tree']:8.3f} vs {r['against']:8.3f} {r['unit']:<10} "
+              f"ratio {r['ratio']:.3f} ({r['ratio_min']:.3f}-{r['ratio_max']:.3f})")
+    return 0
+
+
+def run_parts(args, cfg: dict, old: ModuleType) -> list[dict]:
+    length = int(cfg["task"].get("seq_len", cfg["task"]["max_len"]))
+    p, hidden = float(cfg["model"]["dropout"]), int(cfg["model"]["ffn_dim"])
+    tokens = args.batch * length
+    rows = []
+    if "masks" in args.parts:
+        shape = (tokens, hidden)
+        rows.append(compare("masks", "ns", tokens * hidden, mask_draw(lra.dropout, shape, p),
+                            mask_draw(old.dropout, shape, p), args.rounds, args.warmup))
+    if "bernoulli" in args.parts:  # against nn.Dropout's masks rather than REV's
+        shape = (tokens, hidden)
+        rows.append(compare("bernoulli", "ns", tokens * hidden, mask_draw(lra.dropout, shape, p),
+                            bernoulli_draw(shape, p), args.rounds, args.warmup))
+    if "dropout" in args.parts:
+        shape = (tokens, hidden)
+        rows.append(compare("dropout", "ns", tokens * hidden, dropout_pass(lra.dropout, shape, p),
+                            dropout_pass(old.dropout, shape, p), args.rounds, args.warmup))
+    if "step" in args.parts:
+        ids = torch.randint(1, 256, (args.batch, length), generator=torch.Generator().manual_seed(0))
+        lengths = torch.full((args.batch,), length)
+        rows.append(compare("step", "us", tokens, training_step(build(lra.model, cfg), ids, lengths),
+                            training_step(build(old.model, cfg), ids, lengths), args.rounds, args.warmup))
+    return rows
+
+
+if __name__ == "__main__":
+    sys.exit(main())
