@@ -19,9 +19,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from lra.checks import missing_plugin, old_experiment_spelling, unknown_override
+from lra.checks import missing_plugin, unknown_override
 from lra.errors import Diverged, UserError
 from lra.hydra_hooks import check_settings, holds_lock, note_job  # also registers the resolver conf/ uses
+from lra.record_compat import old_experiment_spelling
 
 log = logging.getLogger("run")
 

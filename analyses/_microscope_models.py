@@ -1,4 +1,4 @@
-"""The microscope's models: compose a run config, find or train its checkpoint, load it, read validation batches.
+"""The microscope's models: find or train a run config's checkpoint, load it, read validation batches.
 
 A model is trained only when no finished run of the same config exists: first the run folders ``run.py`` makes
 (``outputs/<task>/<attention>/...``, read only), then the microscope's own (``<models>/<task>/<attention>/``).
@@ -13,16 +13,10 @@ from typing import Any
 
 import torch
 
-from lra.config import compose
 from lra.identity import differences, identity_digest
 
 NAME = "microscope"
 MODELS = Path("outputs/analyses") / NAME / "models"
-
-
-def compose_config(overrides: list[str]) -> dict[str, Any]:
-    """The resolved config ``python run.py <overrides>`` would run (``lra.config.compose``)."""
-    return compose(overrides)
 
 
 def finished_run(cfg: dict[str, Any], roots: list[Path]) -> Path | None:

@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from lra.config import compose
 from lra.outputs import TABLES
 
 from ._microscope_approx import DEFAULT_APPROXIMATORS, approximation_rows
@@ -39,7 +40,6 @@ from ._microscope_models import (
     MODELS,
     NAME,
     checkpoint_for,
-    compose_config,
     load_model,
     run_accuracy,
     validation_batches,
@@ -101,7 +101,7 @@ def model_and_batches(attention: str, overrides: list[str], own: dict):
     if own["checkpoint"]:
         checkpoint = Path(own["checkpoint"])
     else:
-        checkpoint = checkpoint_for(compose_config([*overrides, f"attention={attention}"]), Path(own["models"]))
+        checkpoint = checkpoint_for(compose([*overrides, f"attention={attention}"]), Path(own["models"]))
     model, cfg = load_model(checkpoint)
     batches = validation_batches(cfg, own["batches"], own["batch_size"])
     layers = [capture(model, batch) for batch in batches]  # [batch][layer]

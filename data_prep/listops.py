@@ -29,19 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from data_prep.compact import fail, require_examples, write_manifest, write_split
-from data_prep.listops_tsv import (  # noqa: F401  (re-exported: the TSV form is part of the ListOps API)
-    DIGIT_ID,
-    END_ID,
-    OP_ID,
-    OPERATORS,
-    TOKEN_IDS,
-    VOCAB,
-    evaluate,
-    read_tsv,
-    source_strings,
-    tokenize,
-    write_tsv,
-)
+from data_prep.listops_tsv import DIGIT_ID, END_ID, OP_ID, OPERATORS, VOCAB, read_tsv, write_tsv
 from data_prep.staging import staged_task_dir
 
 TASK = "listops"

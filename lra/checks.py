@@ -222,22 +222,6 @@ def missing_plugin(argv: Iterable[str], find_spec: Callable = importlib.util.fin
     return None
 
 
-def old_experiment_spelling(argv: Iterable[str]) -> str | None:
-    """The fix for ``experiment=<name>/<task>``: an experiment is ``experiment=<name> task=<task>`` now, and
-    ``conf/experiment/<name>/<task>.yaml`` holds only its settings for that task (selected alone, it would
-    run without the experiment's tag and shared settings)."""
-    for arg in argv:
-        key, _, value = arg.partition("=")
-        picked = value.split(",")
-        if key.lstrip("+~") != "experiment" or not any("/" in v for v in picked):
-            continue
-        names = list(dict.fromkeys(v.split("/")[0] for v in picked))
-        tasks = list(dict.fromkeys(v.split("/", 1)[1] for v in picked if "/" in v))
-        return (f"{arg}: name the experiment and the task apart: experiment={','.join(names)} "
-                f"task={','.join(tasks)} (conf/experiment/README.md lists the experiments)")
-    return None
-
-
 def unknown_override(argv: Iterable[str], conf_dir: Path = CONF_DIR) -> str | None:
     """The fix for ``key=value`` on a key the config lacks (``task.max_step=100``): Hydra's hint (``+key=value``)
     would add a key nothing reads, so the closest valid keys are named instead. Keys the code reads with a

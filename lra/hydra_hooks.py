@@ -2,7 +2,7 @@
 and sums up a sweep.
 
 Importing this module registers the resolver, which ``conf/config.yaml`` uses in ``hydra.run.dir``.
-``RunHooks`` (registered in ``conf/config.yaml`` under the name ``FileSweepConfig``, its first job):
+``RunHooks`` (registered in ``conf/config.yaml`` as the Hydra callback ``run_hooks``):
 
 - a single run (``python run.py ...``): before Hydra creates the run folder, writes ``.hydra/`` or opens
   ``run.log``, the settings are checked (a refused command writes nothing), the folder is checked writable,
@@ -237,6 +237,3 @@ class RunHooks(Callback):
         """``<sweep.dir>/multirun/<time>.jobs.tsv``: a line ``<status>\t<folder>`` per job that ended."""
         started = self.started or datetime.now()
         return Path(config.hydra.sweep.dir) / "multirun" / f"{started:%Y-%m-%d_%H-%M-%S}.jobs.tsv"
-
-
-FileSweepConfig = RunHooks  # the name conf/config.yaml registers

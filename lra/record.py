@@ -20,6 +20,7 @@ PACKAGES = ("torch", "pytorch-lightning", "hydra-core", "omegaconf", "torchmetri
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 RECORD_NAME = "result.json"
 ANALYSIS_KIND = "analysis"  # ``kind`` of an analysis record; a training run's record has no ``kind``
+DEFAULT_TAG = "default"  # ``tag`` of a run of no experiment (conf/config.yaml)
 
 
 class RunIdentity(TypedDict):

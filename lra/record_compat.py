@@ -1,13 +1,79 @@
-"""What older records and checkpoints mean by what they leave out.
+"""What older records, checkpoints, manifests and commands mean: the one place that reads yesterday's layouts.
 
-``IMPLICIT``: settings added to ``conf/`` after runs were recorded, with the value those runs used without naming
-it. A record or checkpoint that lacks one of these keys ran with that value: the protocol check of ``results``
-and the run-identity comparison (``lra.identity.differences``) read it so, and a setting added later gets its
-line here, with the value that reproduces the runs before it.
+Today's layouts are declared in ``lra.record`` (``result.json``), ``data_prep.compact`` (``manifest.json``) and
+``conf/`` (commands). What changed since, and how the older form is read (``tests/lra/test_record_compat.py``
+holds one fixture per layout):
+
+- settings added to ``conf/`` after runs were recorded: ``IMPLICIT`` holds the value those runs used without
+  naming it. A record or checkpoint that lacks one of these keys ran with that value: the protocol check of
+  ``results`` and the run-identity comparison (``lra.identity.differences``) read it so, and a setting added
+  later gets its line here, with the value that reproduces the runs before it;
+- generator options added after data folders were made: a ``manifest.json`` (or a config) without one was made
+  with its ``IMPLICIT`` value (``with_implicit``);
+- records before the ``experiment`` field (before 56f4925): the tag named the experiment (``recorded_experiment``
+  says a record is one, ``experiment_for`` finds its experiment);
+- the command spelling ``experiment=<name>/<task>`` (``old_experiment_spelling`` says how to write it now).
+
+Standard library only: ``run.py`` reads the old spelling before Hydra and torch load.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .record import DEFAULT_TAG
+
 IMPLICIT = {"task.optim.schedule": "linear", "model.attention_dropout": 0.0,
             "task.data.generate.contour_length": 14, "task.data.generate.close_brackets": True,
             "task.batching": "random", "task.batching_pool": 50}
+
+
+def with_implicit(settings: dict[str, Any], section: str) -> dict[str, Any]:
+    """``settings`` of the dotted ``section`` (e.g. a manifest's generator ``source`` for ``task.data.generate``)
+    with the ``IMPLICIT`` values of the keys directly under it filled in where absent."""
+    prefix = f"{section}."
+    leaves = {key[len(prefix):]: value for key, value in IMPLICIT.items()
+              if key.startswith(prefix) and "." not in key[len(prefix):]}
+    return {**leaves, **settings}
+
+
+def recorded_experiment(record: dict[str, Any]) -> str | None:
+    """The experiment a record names ("" for none); None for records older than the ``experiment`` field."""
+    if "experiment" not in record:
+        return None
+    return "" if record["experiment"] in (None, "") else str(record["experiment"])
+
+
+def experiment_for(tag: str, conf_dir: str | Path | None = None) -> str | None:
+    """The ``experiment=`` value a tag's runs were composed with, for records that do not name it: "" for the
+    default tag, the tag when ``conf/experiment/<tag>.yaml`` exists, else None (unknown)."""
+    if conf_dir is None:
+        from .config import CONF_DIR  # Hydra: imported only when no folder is given
+
+        conf_dir = CONF_DIR
+    conf_dir = Path(conf_dir)
+    if not (conf_dir / "config.yaml").is_file():
+        return None
+    if tag == DEFAULT_TAG:
+        return ""
+    if (conf_dir / "experiment" / f"{tag}.yaml").is_file():
+        return tag
+    return None
+
+
+def old_experiment_spelling(argv: Iterable[str]) -> str | None:
+    """The fix for ``experiment=<name>/<task>``: an experiment is ``experiment=<name> task=<task>`` now, and
+    ``conf/experiment/<name>/<task>.yaml`` holds only its settings for that task (selected alone, it would
+    run without the experiment's tag and shared settings)."""
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        picked = value.split(",")
+        if key.lstrip("+~") != "experiment" or not any("/" in v for v in picked):
+            continue
+        names = list(dict.fromkeys(v.split("/")[0] for v in picked))
+        tasks = list(dict.fromkeys(v.split("/", 1)[1] for v in picked if "/" in v))
+        return (f"{arg}: name the experiment and the task apart: experiment={','.join(names)} "
+                f"task={','.join(tasks)} (conf/experiment/README.md lists the experiments)")
+    return None

@@ -16,15 +16,14 @@ import pandas as pd
 
 from lra.config import CONF_DIR
 from lra.record import ANALYSIS_KIND, RECORD_NAME, REQUIRED_FIELDS, AnalysisRecord, RunRecord
-from results.protocol import (  # noqa: F401  (base_tag, only_yours: the sections' names, used with collect)
+from lra.record_compat import recorded_experiment
+from results.protocol import (
     SECTION_SEP,
     SECTIONS,
     UNCHECKED,
     YOURS,
-    base_tag,
     drift_pairs,
     has_protocol,
-    only_yours,
     reference_config,
 )
 from results.safe_read import UnsafeFile, read_limited
@@ -177,13 +176,6 @@ def record_tag(record: dict) -> str:
     config = record.get("config") if isinstance(record.get("config"), dict) else {}
     tag = record.get("tag") or config.get("tag")
     return str(tag) if tag not in (None, "") else UNTAGGED
-
-
-def recorded_experiment(record: dict) -> str | None:
-    """The experiment a record names ("" for none); None for records older than the `experiment` field."""
-    if "experiment" not in record:
-        return None
-    return "" if record["experiment"] in (None, "") else str(record["experiment"])
 
 
 def first_line(text: object, limit: int = 200) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from lra.atomic import write_atomic
+from lra.record_compat import experiment_for
 from results.collect import CLASSIC_TASKS, Problem
 from results.html_runs import analyses_part, problems_list, read_configs, run_id, runs_part, short_id
 from results.html_template import Cell, esc, figure, inline, number, page, table, text
@@ -29,7 +30,7 @@ from results.markdown import (
     tag_notes,
 )
 from results.plots_extra import plot_accuracy_vs_length, plot_accuracy_vs_throughput, sequence_lengths
-from results.protocol import FROM_CONF, MOST_COMMON, UNCHECKED, experiment_for, protocol_notes
+from results.protocol import FROM_CONF, MOST_COMMON, UNCHECKED, protocol_notes
 from results.summary import (
     AVERAGE,
     REFERENCE_ROWS,
@@ -70,7 +71,7 @@ def protocol_html(tag: str, task: str, long: pd.DataFrame, frames: dict[str, pd.
     if task == AVERAGE:
         lines = [f"`{AVERAGE}`: the mean of this tag's {', '.join(CLASSIC_TASKS)} means, only when all five exist."]
     else:
-        experiment = experiment_for(tag, task)
+        experiment = experiment_for(tag)
         if experiment is None:
             lines = [f"Protocol: no experiment config for tag `{tag}` in `conf/`."]
         elif experiment == "":

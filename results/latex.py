@@ -6,8 +6,8 @@ import re
 
 import pandas as pd
 
+from lra.record import DEFAULT_TAG
 from results.markdown import attention_order, section_order, shown_tasks
-from results.protocol import DEFAULT_TAG
 from results.summary import AVERAGE, REFERENCE_ROWS, best_flags, is_reference, shown_beside
 
 TITLES = {"listops": "ListOps", "text": "Text", "retrieval": "Retrieval", "image": "Image",

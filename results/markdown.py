@@ -6,10 +6,11 @@ import math
 
 import pandas as pd
 
-from results.collect import CLASSIC_TASKS, SECTION_SEP, UNTAGGED, YOURS, Problem, base_tag, only_yours
+from lra.record import DEFAULT_TAG
+from results.collect import CLASSIC_TASKS, UNTAGGED, Problem
 from results.escapes import ESCAPE_AT, escape_steps
 from results.markdown_text import md_code, md_text
-from results.protocol import DEFAULT_TAG
+from results.protocol import SECTION_SEP, YOURS, base_tag, only_yours
 from results.summary import AVERAGE, REFERENCE_ROWS, best_flags, follows, is_reference, shown_beside
 
 QUICK_TAG = "quick"  # a pipeline check: its section gets no runs table

@@ -14,11 +14,11 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from lra.atomic import save_figure  # noqa: E402
-from results.collect import base_tag  # noqa: E402
 from results.curves import plot_curves_across_tags, plot_learning_curves  # noqa: E402
 from results.escapes import ESCAPE_AT  # noqa: E402
 from results.plot_style import attention_legend, attention_style, plain, scatter_attention  # noqa: E402
 from results.plots_extra import scatter_by_task  # noqa: E402
+from results.protocol import base_tag  # noqa: E402
 from results.summary import MAJORITY, is_reference, task_order  # noqa: E402
 
 

@@ -19,10 +19,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 from lra.config import CONF_DIR, compose
 from lra.identity import identity
-from lra.record_compat import IMPLICIT
+from lra.record_compat import IMPLICIT, experiment_for
 from results.markdown_text import md_code, md_text
 
-DEFAULT_TAG = "default"
 SECTIONS = ("task", "model", "trainer")
 ABSENT = "<absent>"
 SHOWN_DIFFERENCES = 6
@@ -41,19 +40,6 @@ def only_yours(tag: str) -> bool:
     return all(part == YOURS for part in str(tag).split(SECTION_SEP)[1:])
 
 
-def experiment_for(tag: str, task: str, conf_dir: Path = CONF_DIR) -> str | None:
-    """The `experiment=` value a tag's runs were composed with, for records that do not name it: "" for the
-    default tag, the tag when `conf/experiment/<tag>.yaml` exists, else None (unknown)."""
-    conf_dir = Path(conf_dir)
-    if not (conf_dir / "config.yaml").is_file():
-        return None
-    if tag == DEFAULT_TAG:
-        return ""
-    if (conf_dir / "experiment" / f"{tag}.yaml").is_file():
-        return tag
-    return None
-
-
 def compose_protocol(tag: str, task: str, conf_dir: Path = CONF_DIR, experiment: str | None = None) -> dict | None:
     """The resolved config `run.py task=<task> [experiment=...]` would use, or None when there is none.
 
@@ -62,7 +48,7 @@ def compose_protocol(tag: str, task: str, conf_dir: Path = CONF_DIR, experiment:
     """
     recorded = experiment is not None
     if not recorded:
-        experiment = experiment_for(tag, task, conf_dir)
+        experiment = experiment_for(tag, conf_dir)
         if experiment is None:
             return None
     if not (Path(conf_dir) / "config.yaml").is_file():

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from results.collect import CLASSIC_TASKS, TASKS, base_tag, only_yours
+from results.collect import CLASSIC_TASKS, TASKS
+from results.protocol import base_tag, only_yours
 
 REFERENCE_DIR = Path(__file__).parent / "reference"
 MAJORITY = "(majority class)"

@@ -9,6 +9,7 @@ from data_prep import listops as generator
 
 from ..data import GeneratedDataModule
 from ..module import ClassificationModule
+from ..record_compat import with_implicit
 
 log = logging.getLogger(__name__)
 
@@ -23,8 +24,8 @@ class DataModule(GeneratedDataModule):
         generator.generate(self.root, **self.generate_options(), log=log.info)
 
     def stale_data_message(self, manifest: dict) -> str | None:
-        made = {"close_brackets": True,  # manifests from before the option kept them
-                **manifest["source"], **{k: v["count"] for k, v in manifest["splits"].items()}}
+        made = {**with_implicit(manifest["source"], "task.data.generate"),  # before close_brackets: kept
+                **{k: v["count"] for k, v in manifest["splits"].items()}}
         differ = [f"task.data.generate.{k}={v} (the data has {made.get(k, 'none')})"
                   for k, v in self.generate_options().items() if made.get(k) != v]
         if not differ:

@@ -11,6 +11,7 @@ from data_prep import pathfinder as generator
 
 from ..data import GeneratedDataModule
 from ..module import ClassificationModule
+from ..record_compat import with_implicit
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +23,7 @@ class DataModule(GeneratedDataModule):
     generator_task = "pathfinder"
 
     def generate_options(self) -> dict:
-        return {"contour_length": 14, **super().generate_options()}  # configs from before the option: hard
+        return with_implicit(super().generate_options(), "task.data.generate")  # before contour_length: 14
 
     def rebuild_command(self) -> str:
         options = self.generate_options()
@@ -36,8 +37,8 @@ class DataModule(GeneratedDataModule):
                            workers=max(1, int(options.get("workers") or 1)), log=log.info)
 
     def stale_data_message(self, manifest: dict) -> str | None:
-        options = self.generate_options()
-        if all(manifest["source"].get(k) == options[k] for k in ("count", "seed", "contour_length")):
+        options, made = self.generate_options(), with_implicit(manifest["source"], "task.data.generate")
+        if all(made.get(k) == options[k] for k in ("count", "seed", "contour_length")):
             return None
         return (f"{self.task_dir} holds images made by `{manifest.get('command')}`, but this config asks for "
                 f"`{self.rebuild_command()}`. Point task.data.root elsewhere or delete that folder.")

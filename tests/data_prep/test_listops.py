@@ -17,6 +17,7 @@ import pytest
 
 from data_prep import listops
 from data_prep.compact import DataError, load_manifest, load_split
+from data_prep.listops_tsv import TOKEN_IDS, evaluate, source_strings, tokenize
 
 REPO = Path(__file__).resolve().parents[2]
 SIZES = {"train": 300, "val": 50, "test": 50}
@@ -110,7 +111,7 @@ def test_compact_matches_tsv_and_labels(task_dir, splits):
         data = splits[split]
         for i, (source, target) in enumerate(rows):
             assert [vocab[t] for t in data.sequence(i)] == words_without_parens(source)
-            assert data.labels[i] == int(target) == listops.evaluate(source)
+            assert data.labels[i] == int(target) == evaluate(source)
 
 
 def test_lengths_strictly_within_bounds(splits):
@@ -177,18 +178,18 @@ def test_length_distribution_matches_recursive_reference():
 
 
 def test_source_strings_known_examples():
-    ids = listops.TOKEN_IDS
+    ids = TOKEN_IDS
     max_2_9 = [ids["[MAX"], ids["2"], ids["9"], ids["]"]]
     nested = [ids["[MIN"], *max_2_9, ids["3"], ids["]"]]
-    strings = listops.source_strings(np.array(max_2_9 + nested + [ids["7"]]), np.array([0, 4, 11, 12]))
+    strings = source_strings(np.array(max_2_9 + nested + [ids["7"]]), np.array([0, 4, 11, 12]))
     assert strings == ["( ( ( [MAX 2 ) 9 ) ] )", "( ( ( [MIN ( ( ( [MAX 2 ) 9 ) ] ) ) 3 ) ] )", "7"]
-    assert [listops.evaluate(s) for s in strings] == [9, 3, 7]
+    assert [evaluate(s) for s in strings] == [9, 3, 7]
 
 
 @pytest.mark.parametrize("word", ["[FOO", "<pad>", "X"])
 def test_tokenize_rejects_unknown_token(word):
     with pytest.raises(ValueError, match=re.escape(word)):
-        listops.tokenize(f"( ( ( [MAX 1 ) {word} ) ] )")
+        tokenize(f"( ( ( [MAX 1 ) {word} ) ] )")
 
 
 def test_tsv_import_round_trip(task_dir, splits, tmp_path):
