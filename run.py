@@ -23,6 +23,7 @@ from lra.checks import missing_plugin, unknown_override
 from lra.errors import Diverged, UserError
 from lra.hydra_hooks import check_settings, holds_lock, note_job  # also registers the resolver conf/ uses
 from lra.record_compat import old_experiment_spelling
+from lra.settings import complete
 
 log = logging.getLogger("run")
 
@@ -53,7 +54,7 @@ def main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     sweeping = hydra_cfg.mode == RunMode.MULTIRUN
-    config = OmegaConf.to_container(cfg, resolve=True)
+    config = complete(OmegaConf.to_container(cfg, resolve=True))
     try:  # a single run was checked before Hydra wrote anything (lra.hydra_hooks); a sweep's job is checked here
         check_settings(config, list(hydra_cfg.overrides.task))
     except UserError as err:  # refused before the training stack loads; no record: the folder may be another run's

@@ -30,7 +30,7 @@ def train_or_reuse(cfg: dict[str, Any], run_dir: Path, threads: int | None = Non
     (a folder copied or renamed by hand; ``lra.same_run``).
     """
     held = refuse_other_run(cfg, run_dir)
-    if held is not None and held.completed and not cfg.get("rerun"):
+    if held is not None and held.completed and not cfg["rerun"]:
         return held.record
     import torch
 

@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --train must be >= task.batch_size={task['batch_size']} and --steps >= 0", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
-    if cfg.get("reuse_freed_memory", True):
+    if cfg["reuse_freed_memory"]:
         reuse_freed_memory()  # as training does
     print(f"CPU: {cpu_name()}; torch threads: {torch.get_num_threads()}")
     tokens, offsets, labels, _ = sample_trees(args.train, seed=generate["seed"], log=lambda _: None,

@@ -19,6 +19,7 @@ from typing import Any
 from .attention_options import check_attention_options
 from .config import CONF_DIR, compose
 from .errors import UserError
+from .settings import check_types, missing_settings, optional_keys
 
 POOLINGS = ("mean", "cls", "none", "padded_mean")
 SPLITS = ("train", "val", "test")
@@ -26,12 +27,8 @@ BATCHINGS = ("random", "length_grouped")
 LENGTH_VARYING_TASKS = ("listops", "text", "retrieval")  # the others' sequences all have one length
 CHECKED_SECTIONS = ("task", "model", "attention")  # sections where an added key is refused (nothing reads it)
 MAX_SEED = 2**32 - 1  # numpy's and Lightning's largest seed
-# keys the code reads with a default: a task config may lack them, so `+task.<key>=...` may add them
-OPTIONAL_KEYS = {
-    "task": ("causal", "truncate"),
-    "task.data": ("eval_batch_size", "limit", "num_workers", "pad_multiple"),
-    "task.optim": ("cycle_momentum",),
-}
+# keys with a default in the schema (lra.settings): a config may lack them, so `+task.<key>=...` may add them
+OPTIONAL_KEYS = optional_keys()
 # a preset of conf/hydra/ -> (the plugin module it needs, the pip extra that installs it)
 PLUGIN_PRESETS = {
     "hydra/sweeper=optuna": ("hydra_plugins.hydra_optuna_sweeper", "optuna"),
@@ -66,12 +63,12 @@ def check_model(model: dict[str, Any]) -> None:
                                 or qkv_dim % heads):
         raise UserError(f"model.qkv_dim={qkv_dim!r}: must be null (= model.dim) or a positive multiple of "
                         f"model.heads={heads}")
-    attention_dropout = model.get("attention_dropout", 0.0)
+    attention_dropout = model["attention_dropout"]
     if isinstance(attention_dropout, bool) or not isinstance(attention_dropout, (int, float)) \
             or not 0.0 <= attention_dropout < 1.0:
         raise UserError(f"model.attention_dropout={attention_dropout!r}: must be a number in [0, 1)")
-    if not isinstance(model.get("checkpoint_blocks", False), bool):
-        raise UserError(f"model.checkpoint_blocks={model.get('checkpoint_blocks')!r}: must be true or false")
+    if not isinstance(model["checkpoint_blocks"], bool):
+        raise UserError(f"model.checkpoint_blocks={model['checkpoint_blocks']!r}: must be true or false")
     std = model.get("embed_init_std")
     if std is not None and (isinstance(std, bool) or not isinstance(std, (int, float)) or not std > 0):
         raise UserError(f"model.embed_init_std={std!r}: must be null (nn.Embedding's N(0, 1)) or a positive "
@@ -87,7 +84,7 @@ def check_task(task: dict[str, Any]) -> None:
             _integer(task, name, 1)
         except UserError as err:
             raise UserError(f"task.{err}") from None
-    data = task.get("data") or {}
+    data = task["data"]
     sizes = [("task.data.generate", data.get("generate") or {}, name, low)
              for name, low in (("train", 1), ("val", 1), ("test", 1), ("count", 10))]
     sizes += [("task.data", data, split, 1) for split in SPLITS]  # tasks made in memory (ar)
@@ -98,7 +95,7 @@ def check_task(task: dict[str, Any]) -> None:
             except UserError as err:
                 what = "examples in that split" if low == 1 else "examples, split 80/10/10"
                 raise UserError(f"{where}.{err} ({what})") from None
-    micro = task.get("micro_batches", 1)
+    micro = task["micro_batches"]
     if isinstance(micro, bool) or not isinstance(micro, int) or micro < 1 or task["batch_size"] % micro:
         raise UserError(f"task.micro_batches={micro!r}: must be a positive integer that divides "
                         f"task.batch_size={task['batch_size']} (each batch runs as that many equal parts)")
@@ -108,12 +105,11 @@ def check_task(task: dict[str, Any]) -> None:
 def check_batching(task: dict[str, Any]) -> None:
     """``task.batching``: ``random`` or ``length_grouped`` (only where lengths vary), with ``task.batching_pool``
     batches a pool (``lra.sampling``)."""
-    batching = task.get("batching", "random")
+    batching = task["batching"]
     if batching not in BATCHINGS:
         raise UserError(f"task.batching={batching!r}: must be one of {', '.join(BATCHINGS)}")
-    pool = task.get("batching_pool")
-    if ("batching_pool" in task or batching == "length_grouped") and (
-            isinstance(pool, bool) or not isinstance(pool, int) or pool < 1):
+    pool = task["batching_pool"]
+    if isinstance(pool, bool) or not isinstance(pool, int) or pool < 1:
         raise UserError(f"task.batching_pool={pool!r}: must be an integer >= 1 (batches sorted by length together)")
     if batching == "length_grouped" and task["name"] not in LENGTH_VARYING_TASKS:
         raise UserError(f"task.batching=length_grouped: every {task['name']} sequence has the same length, so "
@@ -180,14 +176,18 @@ def check_experiment(cfg: dict[str, Any], conf_dir: Path = CONF_DIR) -> None:
 
 
 def check_config(cfg: dict[str, Any]) -> None:
-    """Every check of a resolved config that needs no data and no torch."""
-    check_seed(cfg.get("seed"))
+    """Every check of a resolved, complete config (``lra.settings.complete``) that needs no data and no torch:
+    a setting every config sets and this one lacks, then each setting's range and relations, then the type the
+    schema declares for the settings no range covers."""
+    missing_settings(cfg)
+    check_seed(cfg["seed"])
     check_model(cfg["model"])
     check_task(cfg["task"])
     check_optim(cfg["task"]["optim"])
-    check_data_limit(cfg["task"].get("data", {}).get("limit"))
+    check_data_limit(cfg["task"]["data"]["limit"])
     check_attention_options(cfg["attention"])
     check_experiment(cfg)
+    check_types(cfg)
 
 
 def check_added_keys(added: Iterable[str], reference: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ from data_prep.compact import CompactSplit, DataError, load_manifest, load_split
 
 from .errors import UserError
 from .sampling import EpochSampler, LengthGroupedSampler
+from .settings import eval_batch_size, micro_batch_size
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ class CompactDataModule(pl.LightningDataModule):
         except DataError as err:
             raise UserError(str(err)) from None
         self.check_not_empty()
-        for split, count in (self.task["data"].get("limit") or {}).items():
+        for split, count in (self.task["data"]["limit"] or {}).items():
             if split not in self.data:
                 raise UserError(f"task.data.limit names split {split!r}; splits are {', '.join(self.splits)}")
             if count is not None and count < len(self.data[split]):
@@ -153,7 +154,7 @@ class CompactDataModule(pl.LightningDataModule):
             cut = int((lengths > max_len).sum())
             if not cut:
                 continue
-            if not self.task.get("truncate"):
+            if not self.task["truncate"]:
                 raise UserError(f"task.max_len={max_len} is shorter than {cut} of the {lengths.size} {split} "
                                 f"sequences (up to {int(lengths.max())} tokens): they would be cut without a word. "
                                 f"Raise task.max_len to {int(lengths.max())}, or add ++task.truncate=true to cut them")
@@ -182,17 +183,15 @@ class CompactDataModule(pl.LightningDataModule):
         return np.argsort(-self.padded_lengths(split), kind="stable").tolist()
 
     def train_batch_size(self) -> int:
-        """Examples in one training micro-batch: ``task.batch_size`` split into ``task.micro_batches`` parts."""
-        return self.task["batch_size"] // int(self.task.get("micro_batches", 1))
+        """Examples in one training micro-batch (``lra.settings.micro_batch_size``)."""
+        return micro_batch_size(self.task)
 
     def _loader(self, split: str, sampler: EpochSampler | list[int] | None = None) -> DataLoader:
         data = self.task["data"]
-        workers = int(data.get("num_workers", 0))
-        batch_size = self.train_batch_size()
-        if split != "train":
-            batch_size = int(data.get("eval_batch_size") or batch_size)
+        workers = int(data["num_workers"])
+        batch_size = self.train_batch_size() if split == "train" else eval_batch_size(self.task)
         # an own generator: creating an iterator then never draws from the global RNG (exact resume)
-        generator = torch.Generator().manual_seed(int(self.cfg.get("seed", 0)))
+        generator = torch.Generator().manual_seed(int(self.cfg["seed"]))
         return DataLoader(
             self.make_dataset(self.data[split]), batch_size=batch_size, sampler=sampler,
             num_workers=workers, persistent_workers=workers > 0, drop_last=False,
@@ -213,14 +212,14 @@ class CompactDataModule(pl.LightningDataModule):
         return SequenceDataset(split, self.task["max_len"])
 
     def collate(self, items):
-        return pad_batch(items, int(self.task["data"].get("pad_multiple", 1)))
+        return pad_batch(items, int(self.task["data"]["pad_multiple"]))
 
     def train_sampler(self) -> EpochSampler:
         """The training order of ``task.batching``: ``random`` (the protocol) or ``length_grouped`` (batches of
         similar lengths from pools of ``task.batching_pool`` batches; ``lra.sampling``)."""
-        micro = int(self.task.get("micro_batches", 1))  # parts of a batch: every batch whole, so steps align
-        seed, whole = int(self.cfg.get("seed", 0)), self.task["batch_size"] if micro > 1 else 1
-        if self.task.get("batching", "random") == "length_grouped":
+        micro = int(self.task["micro_batches"])  # parts of a batch: every batch whole, so steps align
+        seed, whole = int(self.cfg["seed"]), self.task["batch_size"] if micro > 1 else 1
+        if self.task["batching"] == "length_grouped":
             return LengthGroupedSampler(self.padded_lengths("train"), seed, self.task["batch_size"],
                                         int(self.task["batching_pool"]), whole=whole)
         return EpochSampler(len(self.data["train"]), seed, whole=whole)

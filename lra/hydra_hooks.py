@@ -39,6 +39,7 @@ from .errors import UserError
 from .identity import IN_THE_PATH, flatten, where_or_how
 from .lock import run_folder_lock
 from .same_run import refuse_other_run
+from .settings import complete
 
 RANK_KEYS = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")  # as Lightning reads a process's rank
 FINE = ("completed", "already completed")  # job outcomes a sweep exits 0 with
@@ -115,11 +116,12 @@ def check_settings(config: dict[str, Any], task_overrides: list[str]) -> None:
 
 
 def job_config(config: DictConfig) -> dict[str, Any]:
-    """The resolved config the job will get (Hydra's, without its ``hydra`` node)."""
+    """The resolved config the job will get (Hydra's, without its ``hydra`` node; complete, as ``run.py`` makes
+    it)."""
     job = copy.deepcopy(config)
     with read_write(job), open_dict(job):
         del job["hydra"]
-    return OmegaConf.to_container(job, resolve=True)
+    return complete(OmegaConf.to_container(job, resolve=True))
 
 
 def hydra_files(config: DictConfig) -> list[str]:

@@ -18,6 +18,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from .settings import complete
+
 # dotted keys (and the sections under them) that say where or how a run runs, not what it computes
 WHERE_OR_HOW = (
     "tag", "experiment",  # names: the folder's; an experiment is a preset whose values are the other keys
@@ -53,8 +55,9 @@ def flatten(node: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def identity(config: Mapping[str, Any]) -> dict[str, Any]:
     """The settings of a resolved run config that change what it computes, as ``{"task.optim.lr": 0.001, ...}``
-    sorted by key: everything but ``WHERE_OR_HOW`` and null values."""
-    flat = flatten(config)
+    sorted by key: everything but ``WHERE_OR_HOW`` and null values, an optional setting left out counting as its
+    default (``lra.settings.complete``)."""
+    flat = flatten(complete(dict(config)))
     return {key: flat[key] for key in sorted(flat) if flat[key] is not None and not where_or_how(key)}
 
 

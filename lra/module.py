@@ -33,18 +33,18 @@ def attention_factory(cfg: dict[str, Any], max_len: int):
     """
     opts = dict(cfg["attention"])
     name = opts.pop("name")
-    if cfg["task"].get("causal"):  # token-level tasks that predict from the past only (ar)
+    if cfg["task"]["causal"]:  # token-level tasks that predict from the past only (ar)
         opts["causal"] = True
     model = cfg["model"]
     known = name in attention_zoo.available()
-    if model.get("attention_dropout") and known and "dropout" in attention_zoo.options(name):
+    if model["attention_dropout"] and known and "dropout" in attention_zoo.options(name):
         opts["dropout"] = float(model["attention_dropout"])
     seeded = "seed" in attention_zoo.options(name) if known else False
     base_seed = int(opts.pop("seed", 0)) if seeded else 0
 
     def make(layer: int = 0) -> nn.Module:
-        extra = {"seed": base_seed + 1000 * int(cfg.get("seed", 0)) + layer} if seeded else {}
-        head_dim = (model.get("qkv_dim") or model["dim"]) // model["heads"]
+        extra = {"seed": base_seed + 1000 * int(cfg["seed"]) + layer} if seeded else {}
+        head_dim = (model["qkv_dim"] or model["dim"]) // model["heads"]
         return attention_zoo.build(name, head_dim=head_dim, num_heads=model["heads"],
                                    max_len=max_len, **opts, **extra)
 
@@ -72,8 +72,8 @@ def build_encoder(cfg: dict[str, Any], vocab_size: int) -> Encoder:
     return Encoder(vocab_size=vocab_size, max_len=max_len, dim=model["dim"], depth=model["depth"],
                    num_heads=model["heads"], ffn_dim=model["ffn_dim"], dropout=model["dropout"],
                    make_attention=attention_factory(cfg, max_len), pooling=model["pooling"],
-                   qkv_dim=model.get("qkv_dim"), checkpoint_blocks=model.get("checkpoint_blocks", False),
-                   embed_init_std=model.get("embed_init_std"))
+                   qkv_dim=model["qkv_dim"], checkpoint_blocks=model["checkpoint_blocks"],
+                   embed_init_std=model["embed_init_std"])
 
 
 class ClassificationModule(pl.LightningModule):

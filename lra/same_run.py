@@ -82,6 +82,6 @@ def refuse_other_run(cfg: dict[str, Any], run_dir: Path) -> HeldRun | None:
     ``rerun=true``."""
     held = held_run(run_dir)
     changes = changes_from(held, cfg)
-    if changes and not cfg.get("rerun"):
+    if changes and not cfg["rerun"]:
         raise UserError(other_run_message(Path(run_dir), held, changes, cfg))
     return held

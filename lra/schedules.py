@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from .settings import Optim, complete
+
 SCHEDULES = ("linear", "constant", "rsqrt", "cosine", "onecycle")
 
 
@@ -49,7 +51,7 @@ def cosine(step: int, warmup: int, cycle: int) -> float:
 
 def lr_multiplier(optim: dict[str, Any], max_steps: int):
     """The ``step -> multiplier`` function that ``task.optim`` asks for (``LambdaLR``'s ``lr_lambda``)."""
-    name = optim.get("schedule") or "linear"
+    name = optim["schedule"]
     warmup = max(1, int(optim["warmup_steps"]))
     if name == "linear":
         return partial(linear, warmup=warmup, total=max_steps)
@@ -58,7 +60,7 @@ def lr_multiplier(optim: dict[str, Any], max_steps: int):
     if name == "rsqrt":
         return partial(rsqrt, warmup=warmup)
     if name == "cosine":
-        return partial(cosine, warmup=warmup, cycle=max(1, int(optim.get("cycle_steps") or max_steps)))
+        return partial(cosine, warmup=warmup, cycle=max(1, int(optim["cycle_steps"] or max_steps)))
     if name == "onecycle":
         if warmup >= max_steps:
             raise ValueError(f"task.optim.schedule=onecycle needs warmup_steps ({warmup}) < max_steps ({max_steps})")
@@ -68,10 +70,11 @@ def lr_multiplier(optim: dict[str, Any], max_steps: int):
 
 def scheduler(optimizer: torch.optim.Optimizer, optim: dict[str, Any], max_steps: int):
     """The per-step learning-rate scheduler ``task.optim`` asks for (``lr_multiplier`` for its multiplier)."""
+    optim = complete(optim, Optim)
     multiplier = lr_multiplier(optim, max_steps)
     if multiplier is not None:
         return torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
     warmup = max(1, int(optim["warmup_steps"]))
     return torch.optim.lr_scheduler.OneCycleLR(
         optimizer, max_lr=optim["lr"], total_steps=max_steps, pct_start=warmup / max_steps,
-        anneal_strategy="linear", cycle_momentum=bool(optim.get("cycle_momentum", True)))
+        anneal_strategy="linear", cycle_momentum=bool(optim["cycle_momentum"]))

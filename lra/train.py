@@ -31,6 +31,7 @@ from .loggers import ResumableCSVLogger
 from .module import attention_factory
 from .record import RECORD_NAME, new_record, now, write_json_atomic
 from .same_run import changes_from, refuse_other_run
+from .settings import complete, trainer_arguments
 from .threads import FreeCoreThreads
 
 log = logging.getLogger(__name__)
@@ -72,33 +73,10 @@ def task_module(name: str):
     return importlib.import_module(f"lra.tasks.{name}")
 
 
-def trainer_args(cfg: dict[str, Any]) -> dict[str, Any]:
-    """``cfg['trainer']``; a run shorter than its validation interval validates once, at its last step.
-
-    ``task.micro_batches`` n > 1 accumulates n micro-batches into each optimizer step; Lightning counts the
-    validation interval in micro-batches, so it is scaled to stay ``task.eval_every`` optimizer steps."""
-    args = dict(cfg["trainer"])
-    every, steps = args.get("val_check_interval"), args.get("max_steps")
-    if (not args.get("fast_dev_run") and type(every) is int and type(steps) is int and 0 < steps < every):
-        log.warning("max_steps=%d ends before the first validation (every %d steps, task.eval_every): validating "
-                    "once, at step %d, so the run has a checkpoint to test. To shorten a run set task.max_steps "
-                    "and task.eval_every.", steps, every, steps)
-        args["val_check_interval"] = every = steps
-    micro = int(cfg["task"].get("micro_batches", 1))
-    if micro > 1:
-        if type(every) is not int:
-            raise UserError(f"trainer.val_check_interval={every!r} (a fraction of an epoch) with task.micro_batches="
-                            f"{micro} could validate between the parts of a step: validate every N steps with "
-                            f"task.eval_every=N instead")
-        args["accumulate_grad_batches"] = micro
-        args["val_check_interval"] = every * micro
-    return args
-
-
 def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """Train with checkpoints on validation accuracy, test the best checkpoint; return record fields."""
     pl.seed_everything(cfg["seed"], workers=True)
-    if cfg.get("reuse_freed_memory", True):
+    if cfg["reuse_freed_memory"]:
         reuse_freed_memory()
     tasks = task_module(cfg["task"]["name"])
     attention_factory(cfg, cfg["task"]["max_len"])  # a bad attention option fails before any data work
@@ -120,7 +98,7 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
                  StopOnDivergence(hint)]
     if FreeCoreThreads.wanted():
         callbacks.append(FreeCoreThreads())
-    if cfg["trainer"].get("enable_progress_bar", True):
+    if cfg["trainer"]["enable_progress_bar"]:
         callbacks.append(StepProgressBar())  # steps of task.max_steps, not Lightning's epochs of an unknown count
     else:
         label = f"{cfg['task']['name']}/{cfg['attention']['name']}/seed{cfg['seed']} ({run_dir.name})"
@@ -128,7 +106,7 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     if cfg["checkpoint"]["save_last"]:  # Lightning's save_last only follows improvements; this is every validation
         callbacks.append(RunFolderCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, save_top_k=1,
                                              enable_version_counter=False))
-    trainer = pl.Trainer(**trainer_args(cfg), callbacks=callbacks, logger=loggers, default_root_dir=run_dir,
+    trainer = pl.Trainer(**trainer_arguments(cfg), callbacks=callbacks, logger=loggers, default_root_dir=run_dir,
                          plugins=[RunFolderCheckpointIO()])
     if resume:
         log.info("resuming from %s (step %d)", resume, start_step)
@@ -179,13 +157,13 @@ def run(cfg: dict[str, Any], run_dir: Path, *, locked: bool = False) -> dict[str
     them; ``rerun=true`` moves either's outputs aside and trains again (an unfinished run of the same settings
     resumes).
     """
-    run_dir = Path(run_dir)
+    run_dir, cfg = Path(run_dir), complete(cfg)
     lock = run_folder_lock(run_dir) if rank_zero_only.rank == 0 and not locked else contextlib.nullcontext()
     with lock:
         for name in RUN_FILES:
             not_a_link(run_dir / name)
         held = refuse_other_run(cfg, run_dir)
-        if held is not None and held.completed and not cfg.get("rerun"):
+        if held is not None and held.completed and not cfg["rerun"]:
             return {**held.record, "already_completed": True}
         if held is not None and (held.completed or changes_from(held, cfg)) and rank_zero_only.rank == 0:
             log.info("rerun=true: the earlier run's outputs moved to %s", set_aside(run_dir))

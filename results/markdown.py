@@ -179,7 +179,8 @@ def reading_notes(references: dict[str, pd.DataFrame]) -> str:
         "Config drift: a run whose `task`, `model` or `trainer` settings differ from its tag's protocol (the repo's "
         "Hydra config for that task and the tag's experiment; settings that say only where or how a run ran, such "
         "as data locations, loader workers, devices and logging, aside: `lra/identity.py`) gets a section of its "
-        "own, named by the differing settings (`<tag> · key=value, ...`) and averaged only with runs that differ the same way (e.g. a comparison at fewer `task.max_steps`). Read beside "
+        "own, named by the differing settings (`<tag> · key=value, ...`) and averaged only with runs that differ "
+        "the same way (e.g. a comparison at fewer `task.max_steps`). Read beside "
         "the committed records (`results/runs/`), your own runs get sections `<tag> · yours`: they never replace or "
         "join a committed number. A cell whose runs come from several commits says so under its table.",
     ]

@@ -63,7 +63,7 @@ class DataModule(CompactDataModule):
         return PairDataset(split, self.task["max_len"])
 
     def collate(self, items):
-        return pad_pairs(items, int(self.task["data"].get("pad_multiple", 1)))
+        return pad_pairs(items, int(self.task["data"]["pad_multiple"]))
 
 
 class DualHead(nn.Sequential):

@@ -69,7 +69,7 @@ def test_sequences_longer_than_max_len_are_refused_unless_truncation_is_asked_fo
 def test_text_and_retrieval_truncate_by_protocol():
     assert compose_config(["task=text"])["task"]["truncate"] is True
     assert compose_config(["task=retrieval"])["task"]["truncate"] is True
-    assert "truncate" not in compose_config(["task=listops"])["task"]
+    assert compose_config(["task=listops"])["task"]["truncate"] is False  # the schema's default (lra.settings)
 
 
 def test_other_listops_names_the_differing_setting_and_imported_listops_is_accepted(tiny_data_dir, tmp_path):

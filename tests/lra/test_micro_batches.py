@@ -12,7 +12,8 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lra.callbacks import CheckpointOnPreemption
 from lra.errors import UserError
-from lra.train import run, trainer_args
+from lra.settings import trainer_arguments
+from lra.train import run
 from tests.lra.conftest import TINY, compose_config, signal_at_step
 
 
@@ -40,13 +41,13 @@ def test_micro_batches_train_like_the_whole_batch(tiny_data_dir, tmp_path):
 def test_micro_batches_scale_the_validation_interval_and_accumulate():
     cfg = compose_config(["task=retrieval"])
     assert cfg["task"]["micro_batches"] == 4 and cfg["task"]["batch_size"] == 32
-    args = trainer_args(cfg)
+    args = trainer_arguments(cfg)
     assert args["accumulate_grad_batches"] == 4
     assert args["val_check_interval"] == 4 * cfg["task"]["eval_every"]
-    quick = trainer_args(compose_config(["task=retrieval", "experiment=quick"]))
+    quick = trainer_arguments(compose_config(["task=retrieval", "experiment=quick"]))
     assert "accumulate_grad_batches" not in quick and quick["val_check_interval"] == 500
     with pytest.raises(UserError, match=r"trainer.val_check_interval=0.5 \(a fraction of an epoch\)"):
-        trainer_args(compose_config(["task=retrieval", "trainer.val_check_interval=0.5"]))
+        trainer_arguments(compose_config(["task=retrieval", "trainer.val_check_interval=0.5"]))
 
 
 def micro_config(data_dir) -> dict:
