@@ -69,25 +69,23 @@ def run_accuracy(checkpoint: Path) -> dict[str, float]:
 
 def load_model(checkpoint: Path):
     """The LitModule of a Lightning checkpoint (its saved config and sizes), in eval mode, and its config."""
-    from lra.train import task_module
+    from lra.build import build_model
 
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     hparams = state.get("hyper_parameters") or {}
     if "cfg" not in hparams:
         raise ValueError(f"{checkpoint}: no saved config (hyper_parameters.cfg); is it an LRA run's checkpoint?")
     cfg = hparams["cfg"]
-    model = task_module(cfg["task"]["name"]).LitModule(cfg, hparams["vocab_size"], hparams["num_classes"])
+    model = build_model(cfg, hparams["vocab_size"], hparams["num_classes"])
     model.load_state_dict(state["state_dict"])
     return model.eval(), cfg
 
 
 def validation_batches(cfg: dict[str, Any], count: int, batch_size: int) -> list[dict[str, torch.Tensor]]:
     """The first ``count`` batches of the validation split, in file order (real inputs, deterministic)."""
-    from lra.train import task_module
+    from lra.build import build_data
 
-    datamodule = task_module(cfg["task"]["name"]).DataModule(cfg)
-    datamodule.prepare_data()
-    datamodule.setup()
+    datamodule = build_data(cfg)
     dataset = datamodule.make_dataset(datamodule.data["val"])
     items = [dataset[i] for i in range(min(count * batch_size, len(dataset)))]
     return [datamodule.collate(items[i:i + batch_size]) for i in range(0, len(items), batch_size)]

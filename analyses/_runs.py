@@ -41,33 +41,12 @@ def train_or_reuse(cfg: dict[str, Any], run_dir: Path, threads: int | None = Non
     return run(cfg, Path(run_dir))
 
 
-def plain_training(cfg: dict[str, Any], lr: float = 1e-4):
-    """The task's data (set up) and model (train mode) of ``cfg`` and ``step(batch)``: one forward, loss, backward
-    and AdamW update outside Lightning, the model's own cost (probes and ``benchmarks.ar_step``)."""
-    import torch
-
-    from lra.train import task_module
-
-    tasks = task_module(cfg["task"]["name"])
-    data = tasks.DataModule(cfg)
-    data.prepare_data()
-    data.setup()
-    model = tasks.LitModule(cfg, data.vocab_size, data.num_classes).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-
-    def step(batch) -> None:
-        loss = model.model_step(batch)[0]
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
-    return data, model, step
-
-
 def probe_step_seconds(cfg: dict[str, Any], steps: int = 8) -> float:
-    """Seconds one training step of ``cfg`` takes on this thread: ``steps`` plain steps (``plain_training``) on one
-    training batch after two warm-up steps. Builds the task's data (in memory for ``task=ar``)."""
+    """Seconds one training step of ``cfg`` takes on this thread: ``steps`` plain steps (``lra.build.plain_training``)
+    on one training batch after two warm-up steps. Builds the task's data (in memory for ``task=ar``)."""
     import time
+
+    from lra.build import plain_training
 
     data, _, step = plain_training(cfg)
     batch = next(iter(data.train_dataloader()))

@@ -56,6 +56,7 @@ class BasedAttention(nn.Module):
     """BASED: learned projections to ``feature_dim`` then the Taylor feature map, normalised."""
 
     supports_causal = True
+    quadratic = False
 
     def __init__(self, *, head_dim: int, num_heads: int, feature_dim: int = 16, eps: float = 1e-12,
                  causal: bool = False, chunk_size: int = 256):

@@ -188,6 +188,7 @@ class BigBirdAttention(nn.Module):
     contract_options = {"block_size": 8, "num_random_blocks": 1}  # small, so contract tests see the structure
 
     supports_causal = False
+    quadratic = False
 
     def __init__(self, *, num_heads: int, block_size: int = 64, num_random_blocks: int = 3, seed: int = 0,
                  causal: bool = False):

@@ -53,6 +53,7 @@ class CosFormerAttention(nn.Module):
     """cosFormer: ReLU linear attention re-weighted by ``cos(pi/2 (i - j) / M)``."""
 
     supports_causal = True
+    quadratic = False
 
     def __init__(self, *, eps: float = 1e-6, causal: bool = False, chunk_size: int = 256):
         super().__init__()

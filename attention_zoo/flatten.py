@@ -81,6 +81,7 @@ class FocusedLinearAttention(nn.Module):
     """Focused linear attention with a depthwise value convolution (see module docstring)."""
 
     supports_causal = True
+    quadratic = False
 
     def __init__(self, *, head_dim: int, num_heads: int, max_len: int | None = None,
                  focusing_factor: float = 3.0, kernel_size: int = 5, key_positions: bool = False,

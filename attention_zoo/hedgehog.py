@@ -126,6 +126,7 @@ class HedgehogAttention(nn.Module):
     """Linear attention with learned two-sided softmax feature maps (see module docstring)."""
 
     supports_causal = True
+    quadratic = False
 
     def __init__(self, *, head_dim: int, num_heads: int, feature_dim: int = 64, bias: bool = True,
                  init: str = "kaiming", eps: float = 1e-12, causal: bool = False, chunk_size: int = 256):

@@ -30,6 +30,7 @@ class LinearAttention(nn.Module):
     """Linear attention with the elu+1 feature map; ``eps`` guards the denominator."""
 
     supports_causal = True
+    quadratic = False
 
     def __init__(self, *, eps: float = 1e-6, causal: bool = False, chunk_size: int = 256):
         super().__init__()

@@ -108,6 +108,7 @@ class LinformerAttention(nn.Module):
     contract_options = {"proj_dim": 16}  # small, so contract tests see the structure
 
     supports_causal = False
+    quadratic = False
 
     def __init__(self, *, num_heads: int, max_len: int | None, proj_dim: int = 256, share_kv: bool = False,
                  dropout: float = 0.0, causal: bool = False):

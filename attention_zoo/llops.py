@@ -46,6 +46,7 @@ class LLoPSAttention(nn.Module):
     """Learnable low-rank polynomial sketch attention (see module docstring)."""
 
     supports_causal = True
+    quadratic = False
     option_ranges = {"degree": ">= 1", "features": ">= 1", "rank": ">= 1", "linear_features": ">= 0", "eps": "> 0",
                      "chunk_size": ">= 1"}
 

@@ -46,6 +46,7 @@ class LocalAttention(nn.Module):
     contract_options = {"block_size": 8}  # small, so contract tests see the structure
 
     supports_causal = True
+    quadratic = False
 
     def __init__(self, *, block_size: int = 50, dropout: float = 0.0, causal: bool = False):
         super().__init__()

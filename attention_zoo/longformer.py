@@ -149,6 +149,7 @@ class LongformerAttention(nn.Module):
     contract_options = {"window": 8, "chunk_size": 8}  # small, so contract tests see the structure
 
     supports_causal = True
+    quadratic = False
 
     def __init__(self, *, window: int = 512, num_global: int = 0, chunk_size: int = 64, dropout: float = 0.0,
                  causal: bool = False):

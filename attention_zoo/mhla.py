@@ -52,6 +52,7 @@ class MHLAAttention(nn.Module):
     """Unnormalised linear attention ``q (K^T V)``, divided by the real key count (``scale="length"``)."""
 
     supports_causal = True
+    quadratic = False
 
     def __init__(self, *, scale: str = "length", causal: bool = False, chunk_size: int = 256):
         super().__init__()

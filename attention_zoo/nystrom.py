@@ -87,6 +87,7 @@ class NystromAttention(nn.Module):
     contract_options = {"num_landmarks": 8}  # small, so contract tests see the structure
 
     supports_causal = False
+    quadratic = False
 
     def __init__(self, *, num_heads: int, num_landmarks: int = 64, conv_kernel_size: int = 35,
                  pinv_iterations: int = 6, pinv_init: str = "original", causal: bool = False):

@@ -246,6 +246,7 @@ class PerformerAttention(nn.Module):
     """FAVOR+ (or the generalized ReLU kernel) with a seeded, periodically redrawn projection."""
 
     supports_causal = True
+    quadratic = False
 
     def __init__(self, *, head_dim: int, features: int = 256, kernel: str = "softmax", ortho_scaling: int = 0,
                  redraw_interval: int = 1000, seed: int | None = None, eps: float = 0.0,

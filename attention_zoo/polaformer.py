@@ -78,6 +78,7 @@ class PolarityAwareLinearAttention(nn.Module):
     """Polarity-aware linear attention plus a depthwise value convolution, gated (see module docstring)."""
 
     supports_causal = True
+    quadratic = False
 
     def __init__(self, *, head_dim: int, num_heads: int, max_len: int | None = None, alpha: float = 3.0,
                  kernel_size: int = 5, gate: bool = True, key_positions: bool = False, eps: float = 1e-6,

@@ -86,6 +86,7 @@ class PolySketchAttention(nn.Module):
     """Sketched degree-p polynomial attention, random or learned sketch (see module docstring)."""
 
     supports_causal = True
+    quadratic = False
 
     def __init__(self, *, head_dim: int, num_heads: int, sketch: str = "random", sketch_size: int = 32,
                  degree: int = 4, seed: int = 0, normalization: float = 1.0, causal: bool = False,

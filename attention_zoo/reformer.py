@@ -260,6 +260,7 @@ class ReformerAttention(nn.Module):
     contract_options = {"chunk_len": 8}  # small, so contract tests see the structure
 
     supports_causal = False
+    quadratic = False
 
     def __init__(self, *, head_dim: int, num_heads: int, max_len: int | None = None, n_hashes: int = 2,
                  chunk_len: int = 64, n_buckets: int | None = None, seed: int = 0, causal: bool = False):

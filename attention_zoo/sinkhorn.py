@@ -106,6 +106,7 @@ class SinkhornAttention(nn.Module):
     contract_options = {"block_size": 8}  # small, so contract tests see the structure
 
     supports_causal = False
+    quadratic = False
 
     def __init__(self, *, head_dim: int, max_len: int | None, block_size: int = 50, sinkhorn_iters: int = 100,
                  sinkhorn_tol: float = 1e-3, temperature: float = 0.75, dropout: float = 0.0,

@@ -108,6 +108,7 @@ class SkyformerAttention(nn.Module):
     contract_options = {"num_landmarks": 8}  # small, so contract tests see the structure
 
     supports_causal = False
+    quadratic = False
 
     def __init__(self, *, num_landmarks: int = 128, regularization: float = 0.1, pinv_iterations: int = 6,
                  pinv_init: str = "original", seed: int | None = None, causal: bool = False):

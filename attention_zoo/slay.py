@@ -138,6 +138,7 @@ class SlayAttention(nn.Module):
     """SLAY: anchor x positive-random-feature tensor products per Gauss-Laguerre node, normalised."""
 
     supports_causal = True
+    quadratic = False
 
     def __init__(self, *, head_dim: int, num_heads: int, num_prf_features: int = 16,
                  num_poly_features: int = 8, num_quadrature_nodes: int = 2, poly: str = "anchor",

@@ -67,6 +67,7 @@ class SoftmaxAttention(nn.Module):
     """
 
     supports_causal = True
+    quadratic = True  # time (and memory) grow with the square of the sequence length
 
     def __init__(self, *, dropout: float = 0.0, causal: bool = False):
         super().__init__()

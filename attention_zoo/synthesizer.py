@@ -48,6 +48,7 @@ class SynthesizerAttention(nn.Module):
     """
 
     supports_causal = True
+    quadratic = True  # time (and memory) grow with the square of the sequence length
 
     def __init__(self, *, head_dim: int, num_heads: int, max_len: int | None,
                  variant: str = "factorized_random", rank: int = 32, chunk_size: int = 256,

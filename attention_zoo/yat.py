@@ -96,6 +96,7 @@ class YatAttention(nn.Module):
     """Exact spherical Yat attention (quadratic); ``eps`` sharpens the kernel, ``delta`` guards ``K 1``."""
 
     supports_causal = True
+    quadratic = True  # time (and memory) grow with the square of the sequence length
 
     def __init__(self, *, eps: float = 1e-3, delta: float = 1e-6, causal: bool = False,
                  chunk_size: int | None = None):

@@ -22,7 +22,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
-from analyses._runs import plain_training
+from lra.build import plain_training
 from lra.config import compose
 from lra.train import run
 
@@ -48,11 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     cfg = compose([*DEFAULTS, *args.overrides])
-    data, _, step = plain_training(cfg, lr=1e-3)
+    data, model, step = plain_training(cfg, lr=1e-3)
     loader = data.train_dataloader()
     batches = iter(loader)
     one = next(batches)
-    tokens = one["tokens"].numel()
+    tokens = model.tokens_in(one)
 
     def next_batch():
         nonlocal batches

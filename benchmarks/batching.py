@@ -26,12 +26,12 @@ from omegaconf.errors import OmegaConfBaseException
 from data_prep.compact import CompactSplit
 from data_prep.listops import NUM_CLASSES, VOCAB, sample_trees
 from lra.allocator import reuse_freed_memory
+from lra.build import build_model
 from lra.checks import check_config
 from lra.config import compose
 from lra.data import SequenceDataset, pad_batch
 from lra.errors import UserError
 from lra.sampling import EpochSampler, LengthGroupedSampler
-from lra.train import task_module
 
 POOLS = (1, 5, 10, 20, 50, 100)
 
@@ -67,7 +67,7 @@ def train_steps(cfg: dict, batches: dict[str, list[dict]], warmup: int = 1) -> d
     """CPU seconds, wall seconds, real tokens and padded tokens per order over its batches, one optimizer step
     each, the orders alternating (each order's first ``warmup`` batches are run once untimed). CPU time is what
     the step costs however busy the machine; wall time counts the time other processes held the cores."""
-    model = task_module("listops").LitModule(cfg, len(VOCAB), NUM_CLASSES).train()
+    model = build_model(cfg, len(VOCAB), NUM_CLASSES).train()
     optim = cfg["task"]["optim"]
     optimizer = torch.optim.AdamW(model.parameters(), lr=optim["lr"], betas=tuple(optim["betas"]), eps=optim["eps"],
                                   weight_decay=optim["weight_decay"])

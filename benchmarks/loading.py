@@ -15,9 +15,9 @@ import time
 
 import pytorch_lightning as pl
 
+from lra.build import build
 from lra.config import compose
 from lra.errors import UserError
-from lra.train import task_module
 
 
 class LoadingTimer(pl.Callback):
@@ -45,11 +45,8 @@ def measure(overrides: list[str], steps: int) -> LoadingTimer:
         overrides = ["experiment=quick", *overrides]
     cfg = compose(overrides)
     pl.seed_everything(cfg["seed"], workers=True)
-    tasks = task_module(cfg["task"]["name"])
-    datamodule = tasks.DataModule(cfg)
-    datamodule.prepare_data()
-    datamodule.setup()
-    model = tasks.LitModule(cfg, datamodule.vocab_size, datamodule.num_classes)
+    built = build(cfg)
+    datamodule, model = built.datamodule, built.model
     timer = LoadingTimer()
     trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, limit_val_batches=0, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,

@@ -41,12 +41,12 @@ import torch
 from benchmarks.flops import counter, gemm_gflops
 from lra.allocator import reuse_freed_memory
 from lra.atomic import write_atomic
+from lra.build import build
 from lra.config import compose
 from lra.errors import UserError
 from lra.outputs import BENCH
 from lra.settings import eval_batch_size
 from lra.threads import torch_threads
-from lra.train import task_module
 
 ATTENTIONS = ["softmax", "linear", "llops"]
 
@@ -140,11 +140,8 @@ def estimate(attention: str, args) -> dict:
     if cfg["reuse_freed_memory"]:
         reuse_freed_memory()  # as run.py
     pl.seed_everything(cfg["seed"], verbose=False)
-    tasks = task_module(cfg["task"]["name"])
-    datamodule = tasks.DataModule(cfg)
-    datamodule.prepare_data()
-    datamodule.setup()
-    model = tasks.LitModule(cfg, datamodule.vocab_size, datamodule.num_classes)
+    built = build(cfg)
+    datamodule, model = built.datamodule, built.model
     step, step_cpu = step_seconds(cfg, datamodule, model, args.steps, args.warmup)
     val, val_cpu, val_timed, val_batches = pass_seconds(cfg, datamodule, model, "val", args.every)
     test, test_cpu, test_timed, test_batches = pass_seconds(cfg, datamodule, model, "test", args.every)

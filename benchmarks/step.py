@@ -24,11 +24,11 @@ from torch import Tensor, nn
 from benchmarks.loading import LoadingTimer
 from lra.allocator import reuse_freed_memory
 from lra.atomic import write_atomic
+from lra.build import build_model, example_batch, task_names
 from lra.config import CONF_DIR, compose
 from lra.errors import UserError
 from lra.model import AttentionBlock
 from lra.outputs import BENCH
-from lra.train import task_module, task_names
 
 LONGEST = 4096  # tasks with longer sequences (Path-X: 16384 tokens) are timed only when --tasks names them
 ATTENTIONS = ["softmax", "linear", "based", "llops"]
@@ -48,30 +48,14 @@ class PassThrough(nn.Module):
         return v
 
 
-def synthetic_batch(cfg: dict, batch_size: int, generator: torch.Generator) -> dict[str, Tensor]:
-    """Full-length random tokens and labels shaped like the task's batches."""
-    task = cfg["task"]
-    length = int(task.get("seq_len", task["max_len"]))
-
-    def tokens() -> Tensor:
-        return torch.randint(1, VOCAB, (batch_size, length), generator=generator)
-
-    lengths = torch.full((batch_size,), length)
-    batch = {"tokens": tokens(), "lengths": lengths,
-             "labels": torch.randint(0, int(task["num_classes"]), (batch_size,), generator=generator)}
-    if task["name"] == "retrieval":
-        batch.update(tokens2=tokens(), lengths2=lengths.clone())
-    if task["name"] == "ar":
-        batch["targets"] = torch.randint(0, int(task["num_classes"]), (batch_size, length), generator=generator)
-    return batch
-
-
-def step_seconds(cfg: dict, batch: dict[str, Tensor], steps: int, warmup: int, pass_through: bool) -> float:
-    """Median seconds of one Lightning training step (after ``warmup`` steps) on ``batch`` repeated; with
-    ``task.micro_batches`` n, ``batch`` is one part and a step is n parts accumulated (times summed per step)."""
+def step_seconds(cfg: dict, batch: dict[str, Tensor], steps: int, warmup: int,
+                 pass_through: bool) -> tuple[float, int]:
+    """Median seconds of one Lightning training step (after ``warmup`` steps) on ``batch`` repeated, and the real
+    tokens the model counts in ``batch`` (its ``tokens_in``); with ``task.micro_batches`` n, ``batch`` is one part
+    and a step is n parts accumulated (times summed per step)."""
     micro = int(cfg["task"]["micro_batches"])
     pl.seed_everything(cfg["seed"], verbose=False)
-    model = task_module(cfg["task"]["name"]).LitModule(cfg, VOCAB, int(cfg["task"]["num_classes"]))
+    model = build_model(cfg, VOCAB, int(cfg["task"]["num_classes"]))
     if pass_through:
         for block in model.encoder.blocks:
             if isinstance(block, AttentionBlock):
@@ -84,7 +68,7 @@ def step_seconds(cfg: dict, batch: dict[str, Tensor], steps: int, warmup: int, p
     loader = torch.utils.data.DataLoader([batch] * ((warmup + steps + 1) * micro), batch_size=None)
     trainer.fit(model, train_dataloaders=loader)
     parts = torch.tensor(timer.steps[:len(timer.steps) // micro * micro])
-    return float(parts.view(-1, micro).sum(1).median())
+    return float(parts.view(-1, micro).sum(1).median()), model.tokens_in(batch)
 
 
 def measure(task: str, attention: str, args) -> dict:
@@ -97,10 +81,10 @@ def measure(task: str, attention: str, args) -> dict:
     if batch_size % micro:
         raise UserError(f"--batch {batch_size} does not split into task.micro_batches={micro} equal parts: "
                         f"give a multiple of {micro}, or add task.micro_batches=1")
-    batch = synthetic_batch(cfg, batch_size // micro, torch.Generator().manual_seed(0))
-    tokens = micro * (int(batch["lengths"].sum()) + int(batch.get("lengths2", torch.zeros(1)).sum()))
-    step = step_seconds(cfg, batch, args.steps, args.warmup, pass_through=False)
-    rest = step_seconds(cfg, batch, args.steps, args.warmup, pass_through=True)
+    batch = example_batch(cfg, batch_size // micro, VOCAB, torch.Generator().manual_seed(0))
+    step, tokens = step_seconds(cfg, batch, args.steps, args.warmup, pass_through=False)
+    rest, _ = step_seconds(cfg, batch, args.steps, args.warmup, pass_through=True)
+    tokens *= micro
     return {"task": task, "attention": attention, "batch": batch_size, "length": batch["tokens"].shape[1],
             "step_ms": 1e3 * step, "tokens_per_s": tokens / step, "rest_ms": 1e3 * rest,
             "attention_share": 1 - rest / step}

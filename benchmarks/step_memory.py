@@ -34,15 +34,14 @@ import torch
 
 import attention_zoo
 from benchmarks.loading import LoadingTimer
-from benchmarks.step import VOCAB, synthetic_batch
+from benchmarks.step import VOCAB
 from lra.allocator import reuse_freed_memory
 from lra.atomic import write_atomic
+from lra.build import build_model, example_batch
 from lra.config import compose
 from lra.outputs import BENCH
-from lra.train import task_module
 
 TASKS = ["text", "retrieval"]
-QUADRATIC = {"softmax", "synthesizer", "yat"}  # O(n^2) time (their docstrings); every other zoo mechanism is not
 MIB = 2**20
 
 
@@ -87,8 +86,8 @@ def measure_here(task: str, attention: str, batch_size: int | None, steps: int, 
     pl.seed_everything(cfg["seed"], verbose=False)
     micro = int(cfg["task"]["micro_batches"])
     batch_size = batch_size or int(cfg["task"]["batch_size"]) // micro
-    batch = synthetic_batch(cfg, batch_size, torch.Generator().manual_seed(0))
-    model = task_module(task).LitModule(cfg, VOCAB, int(cfg["task"]["num_classes"]))
+    batch = example_batch(cfg, batch_size, VOCAB, torch.Generator().manual_seed(0))
+    model = build_model(cfg, VOCAB, int(cfg["task"]["num_classes"]))
     probe, timer = PeakProbe(), LoadingTimer(skip=1)
     trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, limit_val_batches=0, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
@@ -134,13 +133,17 @@ def with_fit(row: dict, fit_batch: int, fit_gib: float) -> dict:
             "fits": peak <= fit_gib * 1024}
 
 
+def linear_time_attentions() -> list[str]:
+    """The zoo's mechanisms whose cost grows linearly with the length (each class's ``quadratic`` says)."""
+    return [name for name in attention_zoo.available() if not attention_zoo.get(name).quadratic]
+
+
 def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
-    linear_time = [name for name in attention_zoo.available() if name not in QUADRATIC]
     parser = argparse.ArgumentParser(prog="python -m benchmarks.step_memory", description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="+", default=TASKS)
-    parser.add_argument("--attentions", nargs="+", default=linear_time)
+    parser.add_argument("--attentions", nargs="+", default=linear_time_attentions())
     parser.add_argument("--batch", type=int, default=None, help="measured batch (default: the task's, 32)")
     parser.add_argument("--fit-batch", type=int, default=32, help="batch the fit is judged at")
     parser.add_argument("--fit-gib", type=float, default=4.0)

@@ -245,6 +245,21 @@ class CompactDataModule(pl.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", self.eval_order("test"))
 
+    @classmethod
+    def example_batch(cls, task: dict[str, Any], batch_size: int, vocab_size: int,
+                      generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """A batch laid out as this task's, at full length without padding: random ids in ``[1, vocab_size)`` and
+        labels (benchmarks time steps on it without data)."""
+        length = cls.example_length(task)
+        tokens = torch.randint(1, vocab_size, (batch_size, length), generator=generator)
+        return {"tokens": tokens, "lengths": torch.full((batch_size,), length),
+                "labels": torch.randint(0, int(task["num_classes"]), (batch_size,), generator=generator)}
+
+    @classmethod
+    def example_length(cls, task: dict[str, Any]) -> int:
+        """Tokens of a full-length example: ``task.max_len``."""
+        return int(task["max_len"])
+
 
 class GeneratedDataModule(CompactDataModule):
     """Data a ``data_prep`` generator makes locally from ``task.data.generate``: when the folder has a manifest

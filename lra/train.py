@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import signal
 import time
@@ -21,6 +20,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from .allocator import reuse_freed_memory
+from .build import build, task_module  # noqa: F401  (task_module: analyses/ar_scales.py imports it from here)
 from .callbacks import CheckpointOnPreemption, StepProgressBar, StopOnDivergence, ValidationProgress, stop_signal
 from .checkpoints import RunFolderCheckpoint, RunFolderCheckpointIO, not_a_link, resume_point
 from .checks import check_config
@@ -28,14 +28,12 @@ from .disk import disk_full, full_disk_error
 from .errors import Diverged, UserError
 from .lock import run_folder_lock
 from .loggers import ResumableCSVLogger
-from .module import attention_factory
 from .record import RECORD_NAME, new_record, now, write_json_atomic
 from .same_run import changes_from, refuse_other_run
-from .settings import complete, trainer_arguments
+from .settings import complete
 from .threads import FreeCoreThreads
 
 log = logging.getLogger(__name__)
-TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 # Lightning messages that do not apply to these runs: resuming into a folder with checkpoints is the point;
 # the data position is restored by the DataModule (lra.data), which Lightning cannot see; a torch deprecation
 # inside Lightning itself
@@ -60,34 +58,17 @@ def without_noise() -> Iterator[None]:
         yield
 
 
-def task_names() -> list[str]:
-    """The tasks, one module each in ``lra/tasks/`` (with its ``conf/task/<name>.yaml``), sorted."""
-    return sorted(p.stem for p in TASKS_DIR.glob("*.py") if not p.stem.startswith("_"))
-
-
-def task_module(name: str):
-    """``lra.tasks.<name>``, which defines ``DataModule`` and ``LitModule``."""
-    valid = task_names()
-    if name not in valid:
-        raise UserError(f"unknown task {name!r}; valid tasks: {', '.join(valid)}")
-    return importlib.import_module(f"lra.tasks.{name}")
-
-
 def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """Train with checkpoints on validation accuracy, test the best checkpoint; return record fields."""
     pl.seed_everything(cfg["seed"], workers=True)
     if cfg["reuse_freed_memory"]:
         reuse_freed_memory()
-    tasks = task_module(cfg["task"]["name"])
-    attention_factory(cfg, cfg["task"]["max_len"])  # a bad attention option fails before any data work
     ckpt_dir = run_dir / "checkpoints"
     resume = ckpt_dir / "last.ckpt"
     resume = resume if resume.exists() and not cfg["trainer"].get("fast_dev_run") else None
     start_step = resume_point(resume)[0] if resume else 0  # a damaged last.ckpt is named before any work
-    datamodule = tasks.DataModule(cfg)
-    datamodule.prepare_data()
-    datamodule.setup()
-    model = tasks.LitModule(cfg, datamodule.vocab_size, datamodule.num_classes)
+    built = build(cfg)  # a bad attention option fails before any data work
+    datamodule, model = built.datamodule, built.model
     checkpoint = RunFolderCheckpoint(dirpath=ckpt_dir, monitor="val/acc", mode="max", save_top_k=1,
                                      filename="best-step{step}", auto_insert_metric_name=False)
     loggers = [TensorBoardLogger(run_dir, name="tensorboard", version=""),
@@ -106,7 +87,7 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     if cfg["checkpoint"]["save_last"]:  # Lightning's save_last only follows improvements; this is every validation
         callbacks.append(RunFolderCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, save_top_k=1,
                                              enable_version_counter=False))
-    trainer = pl.Trainer(**trainer_arguments(cfg), callbacks=callbacks, logger=loggers, default_root_dir=run_dir,
+    trainer = pl.Trainer(**built.trainer_arguments, callbacks=callbacks, logger=loggers, default_root_dir=run_dir,
                          plugins=[RunFolderCheckpointIO()])
     if resume:
         log.info("resuming from %s (step %d)", resume, start_step)

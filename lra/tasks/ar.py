@@ -119,6 +119,18 @@ class DataModule(CompactDataModule):
     def make_dataset(self, split: CompactSplit) -> Dataset:
         return RecallDataset(split)
 
+    @classmethod
+    def example_length(cls, task: dict[str, Any]) -> int:
+        return int(task["seq_len"])
+
+    @classmethod
+    def example_batch(cls, task: dict[str, Any], batch_size: int, vocab_size: int,
+                      generator: torch.Generator) -> dict[str, Tensor]:
+        """Random tokens with a target at every position (``targets``), as ``stack_batch`` lays them out."""
+        batch = super().example_batch(task, batch_size, vocab_size, generator)
+        shape = batch["tokens"].shape
+        return {**batch, "targets": torch.randint(0, int(task["num_classes"]), shape, generator=generator)}
+
     def collate(self, items):
         return stack_batch(items)
 

@@ -65,6 +65,14 @@ class DataModule(CompactDataModule):
     def collate(self, items):
         return pad_pairs(items, int(self.task["data"]["pad_multiple"]))
 
+    @classmethod
+    def example_batch(cls, task: dict[str, Any], batch_size: int, vocab_size: int,
+                      generator: torch.Generator) -> dict[str, Tensor]:
+        """Two full-length documents per example (``tokens``/``lengths`` and ``tokens2``/``lengths2``)."""
+        batch = super().example_batch(task, batch_size, vocab_size, generator)
+        second = torch.randint(1, vocab_size, batch["tokens"].shape, generator=generator)
+        return {**batch, "tokens2": second, "lengths2": batch["lengths"].clone()}
+
 
 class DualHead(nn.Sequential):
     """``[u, v, u*v, u-v] -> Linear(4 dim, hidden) -> ReLU -> Linear(hidden, classes)``."""

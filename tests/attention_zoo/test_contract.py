@@ -85,6 +85,12 @@ def test_fast_matches_naive_oracle(name):
 
 
 @pytest.mark.parametrize("name", attention_zoo.available())
+def test_every_mechanism_declares_whether_its_cost_is_quadratic(name):
+    """``quadratic`` (like ``supports_causal``): benchmarks read it from the class, never from a list of names."""
+    assert isinstance(attention_zoo.get(name).__dict__.get("quadratic"), bool), f"{name} declares no quadratic"
+
+
+@pytest.mark.parametrize("name", attention_zoo.available())
 def test_causal_matches_masked_oracle_or_refuses(name):
     cls = attention_zoo.get(name)
     if not getattr(cls, "supports_causal", False):

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from benchmarks import step as step_bench
+from lra.build import example_batch
 from lra.config import compose
 
 
@@ -22,10 +23,15 @@ def test_bench_step_times_each_task_and_attention_and_the_pass_through_model(tmp
     assert "tokens/s" in capsys.readouterr().out
 
 
-def test_synthetic_batch_is_full_length_real_tokens():
+def test_example_batches_are_full_length_real_tokens_laid_out_by_each_task():
     cfg = compose(["task=listops", "attention=llops", "experiment=quick"])
-    batch = step_bench.synthetic_batch(cfg, 2, step_bench.torch.Generator().manual_seed(0))
+    batch = example_batch(cfg, 2, step_bench.VOCAB, step_bench.torch.Generator().manual_seed(0))
     assert batch["tokens"].shape == (2, cfg["task"]["max_len"]) and (batch["tokens"] > 0).all()
+    pair = example_batch(compose(["task=retrieval", "experiment=quick"]), 2, 8, step_bench.torch.Generator())
+    assert pair["tokens2"].shape == pair["tokens"].shape == (2, 256)  # the task lays out its own batches
+    ar = compose(["task=ar"])
+    recall = example_batch(ar, 2, 8, step_bench.torch.Generator())
+    assert recall["targets"].shape == recall["tokens"].shape == (2, ar["task"]["seq_len"])
 
 
 def test_default_tasks_come_from_the_task_registry_up_to_the_longest_length():
