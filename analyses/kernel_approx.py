@@ -33,6 +33,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from lra.build import build_model
 from lra.config import compose
 from lra.model import AttentionBlock
 from lra.outputs import TABLES
@@ -86,7 +87,7 @@ def model_config(depth: int, quick: bool) -> dict[str, Any]:
 def load_model(cfg: dict[str, Any], record: dict[str, Any]) -> ar.LitModule:
     """The trained model (best checkpoint), in eval mode."""
     vocab = int(cfg["task"]["vocab_size"])
-    model = ar.LitModule(cfg, vocab, vocab)
+    model = build_model(cfg, vocab, vocab)
     state = torch.load(record["best_checkpoint"], map_location="cpu", weights_only=True)["state_dict"]
     model.load_state_dict(state)
     return model.eval()
