@@ -1,6 +1,7 @@
 """LLoPS associative-recall ablations at CPU scale (LLoPS paper, arXiv 2610.14219, AR ablation table).
 
-``python -m analyses.ar_ablation [--seeds 1] [--features 64 256] [--lrs 1e-3 3e-3 1e-2] [--jobs 2] [--quick]``
+``python -m analyses.ar_ablation [--seeds 1] [--features 64 256] [--lrs 1e-3 3e-3 1e-2] [--jobs 2] [--settings ...]
+[--quick]``
 trains ``task=ar`` models (it prints the expected time first, then one line per run and validation, and reuses
 finished runs when run again):
 
@@ -39,9 +40,13 @@ QUICK = ["task.max_steps=20", "task.eval_every=10", "task.data.train=256", "task
          "task.data.test=64"]
 
 
-def settings(features: tuple[int, ...], widths: tuple[int, int], degrees: tuple[int, ...]) -> list[dict[str, Any]]:
+SETTINGS = ("degree", "width128", "width192")
+
+
+def settings(features: tuple[int, ...], widths: tuple[int, int], degrees: tuple[int, ...],
+             only: tuple[str, ...] = SETTINGS) -> list[dict[str, Any]]:
     """The table's rows: setting name, method, its attention overrides and the model width; LLoPS rows once per
-    m in ``features``, BASED rows (no m) once."""
+    m in ``features``, BASED rows (no m) once; only the settings named in ``only``."""
     narrow, wide = widths
     rows = []
     for m in features:
@@ -52,7 +57,7 @@ def settings(features: tuple[int, ...], widths: tuple[int, int], degrees: tuple[
         rows.append({"setting": name, "method": "based", "r": 16, "d": width, "options": {"feature_dim": 16}})
         rows += [{"setting": name, "method": "llops", "p": 4, "m": m, "d": width,
                   "options": {"features": m, "square": True, "degree": 4}} for m in features]
-    return rows
+    return [row for row in rows if row["setting"] in only]
 
 
 def run_label(row: dict[str, Any], seed: int, lr: float) -> str:
@@ -139,6 +144,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="peak learning rates; each row reports its best by validation (default 3e-3)")
     parser.add_argument("--widths", type=int, nargs=2, default=(64, 96), help="narrow and wide model width")
     parser.add_argument("--degrees", type=int, nargs="+", default=(2, 4, 6))
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=SETTINGS,
+                        help="rows to train: degree (LLoPS p), width128 (narrow), width192 (wide); default all")
     parser.add_argument("--quick", action="store_true", help="a seconds-long smoke version (tests)")
     parser.add_argument("--estimate", action="store_true", help="print the runs and the expected time, train nothing")
     parser.add_argument("--out-root", default=str(ANALYSIS_ROOT), help="records go to OUT_ROOT/ar_ablation/")
@@ -153,7 +160,7 @@ def plan(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[str], dic
     """The table's rows, the overrides every run shares, and each training run: ``label: (config, folder)``."""
     extra = [f"task.max_steps={args.steps}", "task.optim.warmup_steps=100", *(QUICK if args.quick else []),
              *args.overrides]
-    rows = settings(tuple(args.features), tuple(args.widths), tuple(args.degrees))
+    rows = settings(tuple(args.features), tuple(args.widths), tuple(args.degrees), tuple(args.settings))
     runs_dir = Path(args.out_root) / NAME / "runs"
     jobs: dict[str, tuple[dict, Path]] = {}
     for row in rows:
@@ -210,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
              ">= 50% (- : never).", *claims(table)]
     notes += [f"failed run: {label}" for label in failed]
     config = {"seeds": args.seeds, "features": list(args.features), "lrs": list(args.lrs),
-              "widths": list(args.widths), "degrees": list(args.degrees), "overrides": extra, "runs": sorted(jobs)}
+              "widths": list(args.widths), "degrees": list(args.degrees), "settings": list(args.settings),
+              "overrides": extra, "runs": sorted(jobs)}
     path = write_analysis_record(NAME, table, keys=["setting", "method", "p"], config=config, started=started,
                                  published="llops_ar_ablation", out_root=args.out_root, notes=notes)
     written = tabulate(NAME, path, args.tables)

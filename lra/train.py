@@ -20,7 +20,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from .allocator import reuse_freed_memory
-from .build import build, task_module  # noqa: F401  (task_module: analyses/ar_scales.py imports it from here)
+from .build import build
 from .callbacks import CheckpointOnPreemption, StepProgressBar, StopOnDivergence, ValidationProgress, stop_signal
 from .checkpoints import RunFolderCheckpoint, RunFolderCheckpointIO, not_a_link, resume_point
 from .checks import check_config

@@ -41,6 +41,7 @@ def commands(port: Path) -> list[tuple[str, list[str]]]:
         ("analyses.slay_poly_factor", ["--quick"]),
         ("analyses.mhla_learning", ["--quick"]),
         ("analyses.mhla_sweep", ["--quick"]),
+        ("analyses.ar_scales", ["--quick", "--width", "16"]),
         ("analyses.kernel_approx", QUICK_KERNEL),
         ("analyses.als_starts", [*QUICK_KERNEL, "--starts", "2", "--sweeps", "3"]),
         ("benchmarks.attention", ["--names", "softmax", "linear", "--lengths", "64", "--batch", "1", "--repeats", "1",
@@ -64,6 +65,7 @@ def commands(port: Path) -> list[tuple[str, list[str]]]:
 # what the commands above write: all under outputs/, never under results/
 WRITTEN = ["outputs/tables/slay_poly_factor.csv", "outputs/tables/slay_poly_factor.png",
            "outputs/tables/mhla_teacher.md", "outputs/tables/mhla_memory.png", "outputs/tables/mhla_sweep.md",
+           "outputs/tables/ar_scales.md",
            "outputs/tables/kernel_approx.csv", "outputs/tables/kernel_approx.png",
            "outputs/tables/bench/bench_cpu.csv", "outputs/tables/bench/port_step.csv",
            "outputs/tables/bench/step_cpu.csv", "outputs/tables/bench/run_estimate.csv",

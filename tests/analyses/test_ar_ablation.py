@@ -1,0 +1,34 @@
+"""analyses.ar_ablation --settings: the issue-33 comparison (wide row, m = 256 and 64, 3 seeds) is 9 runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from analyses import ar_ablation
+
+WIDE = ["--settings", "width192", "--features", "256", "64", "--seeds", "3", "--steps", "3000", "--lrs", "0.003"]
+
+
+def test_the_wide_row_at_two_m_and_three_seeds_is_nine_runs(tmp_path):
+    rows, _, jobs = ar_ablation.plan(ar_ablation.parse_args([*WIDE, "--out-root", str(tmp_path)]))
+    assert {(r["setting"], r["method"], r.get("m")) for r in rows} == {
+        ("width192", "based", None), ("width192", "llops", 256), ("width192", "llops", 64)}
+    assert len(jobs) == 9
+    methods = sorted(cfg["attention"]["name"] for cfg, _ in jobs.values())
+    assert methods == ["based"] * 3 + ["llops"] * 6
+    assert {cfg["model"]["dim"] for cfg, _ in jobs.values()} == {96}
+    assert {cfg["task"]["max_steps"] for cfg, _ in jobs.values()} == {3000}
+    assert sorted(cfg["seed"] for cfg, _ in jobs.values()) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert sorted(cfg["attention"].get("features") for cfg, _ in jobs.values()
+                  if cfg["attention"]["name"] == "llops") == [64, 64, 64, 256, 256, 256]
+
+
+def test_every_setting_is_planned_by_default(tmp_path):
+    rows, _, _ = ar_ablation.plan(ar_ablation.parse_args(["--out-root", str(tmp_path)]))
+    assert {r["setting"] for r in rows} == set(ar_ablation.SETTINGS)
+
+
+def test_an_unknown_setting_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        ar_ablation.parse_args(["--settings", "width256"])
+    assert "width192" in capsys.readouterr().err
