@@ -37,3 +37,21 @@ def test_a_mask_that_is_not_a_prefix_takes_the_masked_path():
     q, k, v = (torch.randn(2, 2, 12, 4) for _ in range(3))
     keep = mask[:, None, :].expand(-1, 2, -1)
     torch.testing.assert_close(SoftmaxAttention()(q, k, v, mask)[keep], naive_softmax(q, k, v, mask)[keep])
+
+
+def test_dropout_on_the_per_sequence_path_drops_weights_of_real_tokens_only():
+    torch.manual_seed(2)
+    lengths = torch.tensor([40, 64, 9])
+    mask = torch.arange(64)[None] < lengths[:, None]
+    q, k = (torch.randn(3, 2, 64, 8) for _ in range(2))
+    v = torch.randn(3, 2, 64, 8) * mask[:, None, :, None] + 1e6 * ~mask[:, None, :, None]  # pads' values huge
+    attention = SoftmaxAttention(dropout=0.3).train()
+    keep = mask[:, None, :].expand(-1, 2, -1)
+    plain = naive_softmax(q, k, v, mask)[keep]
+    draws = torch.stack([attention(q, k, v, mask) for _ in range(400)])
+    assert draws[:, ~keep].abs().max() == 0  # padded rows stay zero
+    assert draws[:, keep].abs().max() < 1e3  # no pad's value leaks into a real row
+    assert (draws[0][keep] - plain).abs().mean() > 0.05 * plain.abs().mean()  # one draw is off
+    mean = draws.mean(0)[keep]
+    assert (mean - plain).norm() < 0.1 * plain.norm()  # the average draw is the plain output
+    assert torch.equal(attention.eval()(q, k, v, mask)[keep], SoftmaxAttention()(q, k, v, mask)[keep])

@@ -102,6 +102,8 @@ def test_bad_port_settings_are_refused_by_name(override, message):
     ("study_init", {"model.embed_init_std": 0.02}),
     ("study_port", {"model.embed_init_std": 0.02, "model.attention_dropout": 0.1, "model.pooling": "padded_mean",
                     "task.optim.schedule": "onecycle"}),
+    ("study_port_fused", {"model.embed_init_std": 0.02, "model.pooling": "padded_mean",
+                          "task.optim.schedule": "onecycle"}),
     ("study_port_nobrackets", {"model.embed_init_std": 0.02, "model.attention_dropout": 0.1,
                                "model.pooling": "padded_mean", "task.optim.schedule": "onecycle",
                                "task.data.root": "data/no_close_brackets",
