@@ -4,6 +4,9 @@ A run's folder is ``<root>/<label>-<digest>``, the digest of the run's identity 
 that changes what it computes), so any changed setting (steps, learning rate, an extra override) gets a folder
 of its own and can never resume another setting's checkpoint, while the same setting asked for again finds its
 run: ``lra.train.run`` returns a completed record as it is and resumes an interrupted one from its ``last.ckpt``.
+A completed run archived with ``python -m results.archive`` (its record and curve committed under ``results/runs/``,
+no checkpoint) is reused too when its folder here is empty: a fresh clone, or another machine, goes on where the
+committed runs stop instead of training them again.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from lra.identity import identity_digest
-from lra.record import RunRecord, completed_record
-from lra.same_run import refuse_other_run
+from lra.record import RunRecord
+from lra.same_run import changes_from, held_run, refuse_other_run
+from results.archive import COMMITTED_RUNS, archive_path
 
 
 def run_folder(root: str | Path, label: str, cfg: dict[str, Any]) -> Path:
@@ -23,15 +27,40 @@ def run_folder(root: str | Path, label: str, cfg: dict[str, Any]) -> Path:
     return Path(root) / f"{label}-{identity_digest(cfg)}"
 
 
+def archived_record(cfg: dict[str, Any], run_dir: Path) -> RunRecord | None:
+    """The committed copy of ``run_dir``'s run (``results.archive``: ``results/runs/<path below outputs/>``) when it
+    completed under ``cfg``'s settings, its ``run_dir`` pointing at the copy (whose ``metrics.csv`` is the curve);
+    else None."""
+    try:
+        folder = archive_path(Path(run_dir), {}, COMMITTED_RUNS)
+    except (KeyError, ValueError):  # not below an outputs/ folder: nothing was archived from it
+        return None
+    held = held_run(folder)
+    if held is None or not held.completed or changes_from(held, cfg):
+        return None
+    return {**held.record, "run_dir": str(folder)}
+
+
+def reusable_record(cfg: dict[str, Any], run_dir: Path) -> RunRecord | None:
+    """The completed record ``train_or_reuse`` would return without training: ``run_dir``'s own, else (its folder
+    empty) the committed copy's; None when it would train."""
+    if cfg.get("rerun"):
+        return None
+    held = refuse_other_run(cfg, run_dir)
+    if held is not None:
+        return held.record if held.completed else None
+    return archived_record(cfg, run_dir)
+
+
 def train_or_reuse(cfg: dict[str, Any], run_dir: Path, threads: int | None = None) -> RunRecord:
-    """The completed record in ``run_dir`` when its settings are ``cfg``'s, else the record of training it there.
+    """The completed record in ``run_dir`` when its settings are ``cfg``'s, or its committed copy's when the folder
+    is empty (``archived_record``), else the record of training it there.
 
     Raises what the training raises, and ``lra.errors.UserError`` when ``run_dir`` holds a run of other settings
     (a folder copied or renamed by hand; ``lra.same_run``).
     """
-    held = refuse_other_run(cfg, run_dir)
-    if held is not None and held.completed and not cfg["rerun"]:
-        return held.record
+    if (record := reusable_record(cfg, run_dir)) is not None:
+        return record
     import torch
 
     from lra.train import run
@@ -69,7 +98,7 @@ def expected_minutes(jobs: dict[str, tuple[dict[str, Any], Path]], workers: int)
         probed: dict[str, float] = {}
         total, todo = 0.0, 0
         for cfg, run_dir in jobs.values():
-            if completed_record(run_dir) is not None:
+            if reusable_record(cfg, run_dir) is not None:
                 continue
             todo += 1
             key = identity_digest({**cfg, "seed": None})  # the model, whatever its seed

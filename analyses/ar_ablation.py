@@ -30,6 +30,8 @@ import pandas as pd
 
 from lra.config import compose
 from lra.outputs import TABLES
+from lra.record import RECORD_NAME
+from results.curves import metrics_path
 
 from ._runs import expected_minutes, run_folder, train_all
 from .plotting import pyplot, save
@@ -78,8 +80,8 @@ def run_config(row: dict[str, Any], seed: int, lr: float, extra: list[str]) -> d
 
 def crossing_step(record: dict[str, Any], threshold: float = 0.5) -> int | None:
     """The first validated step at which query accuracy reached ``threshold`` (the MQAR transition), or None."""
-    metrics = Path(record.get("run_dir", "")) / "csv" / "metrics.csv"
-    if not metrics.is_file():
+    metrics = metrics_path(Path(record["run_dir"]) / RECORD_NAME) if record.get("run_dir") else None
+    if metrics is None:  # a run folder's csv/metrics.csv, or an archived copy's metrics.csv
         return None
     frame = pd.read_csv(metrics)
     if "val/acc" not in frame:

@@ -44,3 +44,38 @@ def test_a_completed_run_is_reused_only_under_its_own_config(tmp_path):
     assert _runs.train_or_reuse(cfg, run_dir) == record
     with pytest.raises(UserError, match="holds a completed run of other settings .* seed: 0 -> 1"):
         _runs.train_or_reuse({**cfg, "seed": 1}, run_dir)
+
+
+def test_a_committed_copy_of_a_completed_run_is_reused_where_its_folder_is_empty(tmp_path, monkeypatch):
+    """Another machine's run, archived with `results.archive` (record and curve, no checkpoint), is not trained
+    again on a fresh clone; a copy of other settings is not taken for it."""
+    from lra import train
+    from results import archive
+
+    committed = tmp_path / "committed"
+    monkeypatch.setattr(_runs, "COMMITTED_RUNS", committed)
+    cfg, run_dir = next(iter(planned(tmp_path / "outputs" / "analyses").values()))
+    (run_dir / "csv").mkdir(parents=True)
+    record = {"task": "ar", "attention": "llops", "seed": 0, "status": "completed", "config": cfg,
+              "metrics": {"test_acc": 0.9}, "run_dir": str(run_dir)}
+    (run_dir / "result.json").write_text(json.dumps(record))
+    (run_dir / "csv" / "metrics.csv").write_text("step,val/acc\n9,0.2\n19,0.6\n29,0.9\n")
+    copy = archive.archive(run_dir, committed)
+    assert copy == committed / "analyses" / "ar_ablation" / "runs" / run_dir.name
+    for path in sorted(run_dir.rglob("*"), reverse=True):  # a fresh clone: the outputs are gone
+        path.rmdir() if path.is_dir() else path.unlink()
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained a run whose committed copy completed under the same settings")
+
+    monkeypatch.setattr(train, "run", no_training)
+    reused = _runs.train_or_reuse(cfg, run_dir)
+    assert reused["metrics"] == {"test_acc": 0.9} and reused["run_dir"] == str(copy)
+    assert ar_ablation.crossing_step(reused) == 19  # the copy's metrics.csv is its curve
+    assert _runs.reusable_record({**cfg, "rerun": True}, run_dir) is None
+    other = json.loads((copy / "result.json").read_text())
+    other["config"]["task"]["max_steps"] += 1
+    (copy / "result.json").write_text(json.dumps(other))
+    assert _runs.reusable_record(cfg, run_dir) is None
+    with pytest.raises(AssertionError, match="trained a run"):
+        _runs.train_or_reuse(cfg, run_dir)
