@@ -100,6 +100,7 @@ def test_bad_port_settings_are_refused_by_name(override, message):
 
 @pytest.mark.parametrize("experiment, changed", [
     ("study_init", {"model.embed_init_std": 0.02}),
+    ("study_lr", {"task.optim.lr": 1e-3}),
     ("study_port", {"model.embed_init_std": 0.02, "model.attention_dropout": 0.1, "model.pooling": "padded_mean",
                     "task.optim.schedule": "onecycle"}),
     ("study_port_fused", {"model.embed_init_std": 0.02, "model.pooling": "padded_mean",
