@@ -18,8 +18,8 @@ from typing import Any
 
 from lra.identity import identity_digest
 from lra.record import RunRecord
+from lra.run_files import COMMITTED_RUNS, archive_path
 from lra.same_run import changes_from, held_run, refuse_other_run
-from results.archive import COMMITTED_RUNS, archive_path
 
 
 def run_folder(root: str | Path, label: str, cfg: dict[str, Any]) -> Path:
@@ -28,7 +28,7 @@ def run_folder(root: str | Path, label: str, cfg: dict[str, Any]) -> Path:
 
 
 def archived_record(cfg: dict[str, Any], run_dir: Path) -> RunRecord | None:
-    """The committed copy of ``run_dir``'s run (``results.archive``: ``results/runs/<path below outputs/>``) when it
+    """The committed copy of ``run_dir``'s run (``lra.run_files``: ``results/runs/<path below outputs/>``) when it
     completed under ``cfg``'s settings, its ``run_dir`` pointing at the copy (whose ``metrics.csv`` is the curve);
     else None."""
     try:

@@ -31,7 +31,7 @@ import pandas as pd
 from lra.config import compose
 from lra.outputs import TABLES
 from lra.record import RECORD_NAME
-from results.curves import metrics_path
+from lra.run_files import metrics_path
 
 from ._runs import expected_minutes, run_folder, train_all
 from .plotting import pyplot, save

@@ -19,39 +19,7 @@ import sys
 from pathlib import Path
 
 from lra.atomic import read_regular, write_atomic
-from results.curves import METRICS_NAMES
-
-COMMITTED_RUNS = Path(__file__).resolve().parent / "runs"
-
-
-def name_part(value: object, field: str) -> str:
-    """`value` as one folder name; ValueError naming `field` for `..`, `.`, an empty or absolute name or a `/`."""
-    text = str(value)
-    if text in ("", ".", "..") or "/" in text or "\0" in text or (os.sep != "/" and os.sep in text):
-        raise ValueError(f"{field} {text!r} is not a plain folder name, so the archive path would leave the "
-                         f"destination; fix the record's {field} (or archive the run from below an outputs/ folder)")
-    return text
-
-
-def archive_path(run_dir: Path, record: dict, dest_root: Path) -> Path:
-    """Where a run folder goes: its path below an `outputs` folder, else task/attention/seed/tag; always a folder
-    under `dest_root` (ValueError otherwise)."""
-    parts = run_dir.resolve().parts
-    if "outputs" in parts:
-        below = [name_part(part, "folder name") for part in parts[len(parts) - parts[::-1].index("outputs"):]]
-    else:
-        seed = record["seed"]
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"seed {seed!r} is not an integer; fix the record's seed")
-        below = [name_part(record["task"], "task"), name_part(record["attention"], "attention"), f"seed{seed}",
-                 name_part(record.get("tag"), "tag")]
-    if not below:
-        raise ValueError(f"{run_dir} is an outputs folder itself, not a run folder below it")
-    dest = dest_root.joinpath(*below)
-    root = dest_root.resolve()
-    if not dest.resolve().is_relative_to(root):
-        raise ValueError(f"{dest} leads outside {root} (through a link); archive into a folder without links")
-    return dest
+from lra.run_files import COMMITTED_RUNS, METRICS_NAMES, archive_path
 
 
 def metrics_file(run_dir: Path) -> Path | None:

@@ -17,6 +17,7 @@ import pandas as pd
 from lra.config import CONF_DIR
 from lra.record import ANALYSIS_KIND, RECORD_NAME, REQUIRED_FIELDS, AnalysisRecord, RunRecord
 from lra.record_compat import recorded_experiment
+from lra.run_files import COMMITTED_RUNS
 from results.protocol import (
     SECTION_SEP,
     SECTIONS,
@@ -38,7 +39,6 @@ COLUMNS = [
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # an analysis or published-table name: one plain file stem
 REFERENCE_DIR = Path(__file__).with_name("reference")
 MAX_SEED = 2**32 - 1  # the largest seed run.py accepts (numpy's)
-COMMITTED_RUNS = Path(__file__).resolve().parent / "runs"  # the committed records (results.archive writes there)
 
 
 @dataclass(frozen=True)

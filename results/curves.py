@@ -13,18 +13,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from lra.atomic import save_figure  # noqa: E402
+from lra.run_files import metrics_path  # noqa: E402
 from results.collect import first_line  # noqa: E402
 from results.plot_style import EDGE, attention_style, plain  # noqa: E402
 from results.safe_read import CSV_LIMIT, UnsafeFile, read_limited  # noqa: E402
 
-METRICS_NAMES = ("csv/metrics.csv", "metrics.csv")  # a run folder (Lightning's CSVLogger), an archived run
 LINE_STYLES = ("-", "--", ":", "-.")  # the 1st, 2nd, ... seed of an attention in one panel
-
-
-def metrics_path(record_path: str | Path) -> Path | None:
-    """The ``metrics.csv`` beside a ``result.json``, or None."""
-    folder = Path(record_path).parent
-    return next((folder / name for name in METRICS_NAMES if (folder / name).is_file()), None)
 
 
 def empty_curve() -> pd.DataFrame:
