@@ -13,7 +13,8 @@ distribution, while the random stream differs from the recursive original.
 
 Tokens: ids index VOCAB (parentheses dropped). ``close_brackets=False`` also drops every ``]`` after the trees
 are drawn (same trees, lengths and labels; the vocabulary keeps its ``]`` id): LRA's input pipeline did so before
-March 2021 (google-research/long-range-arena issue 14), so the PyTorch ports very likely trained without them. The TSV form is the published `to_string` output, e.g.
+March 2021 (google-research/long-range-arena issue 14), so the PyTorch ports very likely trained without them.
+The TSV form is the published `to_string` output, e.g.
 `( ( ( [MAX 2 ) 9 ) ] )` for MAX(2, 9), in `basic_{train,val,test}.tsv` with header `Source<TAB>Target`.
 """
 
