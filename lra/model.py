@@ -18,6 +18,7 @@ from .checks import POOLINGS
 from .dropout import Dropout
 from .feedforward import FeedForward
 from .norm_linear import norm_linear
+from .packing import Packing
 from .residual import linear_dropout_add
 
 
@@ -43,14 +44,18 @@ class AttentionBlock(nn.Module):
         self.out = nn.Linear(self.inner, dim)
         self.dropout = Dropout(dropout)
 
-    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
-        b, n, _ = x.shape
+    def forward(self, x: Tensor, mask: Tensor, packing: Packing | None = None) -> Tensor:
+        """``x``: ``(B, N, dim)``, or with ``packing`` the real tokens ``(T, dim)`` (``lra.packing``)."""
+        b, n = mask.shape
         heads = (self.num_heads, self.inner // self.num_heads)
-        parts = norm_linear(x, self.norm, self.qkv).view(b, n, self.num_inputs, *heads)
-        q, k, v, *rest = parts.permute(2, 0, 3, 1, 4)  # each (B, H, N, head_dim)
+        parts = norm_linear(x, self.norm, self.qkv)  # (B, N, width) or (T, width)
+        if packing is not None:
+            parts = packing.unpack(parts)  # (B, N, width), zeros at the pads
+        q, k, v, *rest = parts.view(b, n, self.num_inputs, *heads).permute(2, 0, 3, 1, 4)  # each (B, H, N, head_dim)
         extras = dict(zip(extra_inputs(self.attention), rest))
         y = self.attention(q, k, v, key_padding_mask=mask, **extras)  # (B, H, N, head_dim)
-        y = y.transpose(1, 2).reshape(b, n, self.inner)
+        y = y.transpose(1, 2)  # (B, N, H, head_dim)
+        y = y.reshape(b, n, self.inner) if packing is None else packing.pack(y).reshape(-1, self.inner)
         return linear_dropout_add(x, y, self.out, self.dropout)  # x + dropout(out(y))
 
 
@@ -73,6 +78,7 @@ class Encoder(nn.Module):
     ``"padded_mean"`` is the ports' sum over real tokens divided by ``max_len``.
     ``embed_init_std`` draws token and position embeddings from N(0, std^2) (the ports: 0.02); None keeps
     ``nn.Embedding``'s N(0, 1).
+    Between the embeddings and the final norm only the real tokens are computed (``lra.packing``).
     ``checkpoint_blocks`` keeps only each block's input for backward and runs the block again there
     (``torch.utils.checkpoint``, the RNG state restored, so dropout draws the same masks): the same numbers
     in less memory, for about one more forward pass.
@@ -109,14 +115,15 @@ class Encoder(nn.Module):
         if self.cls is not None:
             x = torch.cat([self.cls.expand(b, -1, -1), x], dim=1)
             mask = torch.cat([mask.new_ones(b, 1), mask], dim=1)
-        x = self.dropout(x + self.positions.weight[: x.shape[1]])
+        packing = Packing(mask)
+        x = self.dropout(packing.pack(x + self.positions.weight[: x.shape[1]]))  # (T, dim): real tokens only
         for block in self.blocks:
-            inputs = (x, mask) if isinstance(block, AttentionBlock) else (x,)
+            inputs = (x, mask, packing) if isinstance(block, AttentionBlock) else (x,)
             if self.checkpoint_blocks and torch.is_grad_enabled():
                 x = checkpoint(block, *inputs, use_reentrant=False, preserve_rng_state=True)
             else:
                 x = block(*inputs)
-        x = self.norm(x)
+        x = packing.unpack(self.norm(x))  # (B, N, dim), zeros at the pads
         if self.pooling == "none":
             return x
         if self.pooling == "padded_mean":
