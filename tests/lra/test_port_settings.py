@@ -98,15 +98,18 @@ def test_bad_port_settings_are_refused_by_name(override, message):
         check_config(compose_config([override]))
 
 
+PORT_LR = {"task.optim.lr": 1e-4}  # the ports'; ListOps' default is 1e-3 since the study
+
+
 @pytest.mark.parametrize("experiment, changed", [
-    ("study_init", {"model.embed_init_std": 0.02}),
-    ("study_lr", {"task.optim.lr": 1e-3}),
+    ("study_init", {"model.embed_init_std": 0.02, **PORT_LR}),
+    ("study_lr", {}),  # ListOps' default moved to the study's 1e-3
     ("study_port", {"model.embed_init_std": 0.02, "model.attention_dropout": 0.1, "model.pooling": "padded_mean",
-                    "task.optim.schedule": "onecycle"}),
+                    "task.optim.schedule": "onecycle", **PORT_LR}),
     ("study_port_fused", {"model.embed_init_std": 0.02, "model.pooling": "padded_mean",
-                          "task.optim.schedule": "onecycle"}),
+                          "task.optim.schedule": "onecycle", **PORT_LR}),
     ("study_port_nobrackets", {"model.embed_init_std": 0.02, "model.attention_dropout": 0.1,
-                               "model.pooling": "padded_mean", "task.optim.schedule": "onecycle",
+                               "model.pooling": "padded_mean", "task.optim.schedule": "onecycle", **PORT_LR,
                                "task.data.root": "data/no_close_brackets",
                                "task.data.generate.close_brackets": False}),
 ])
