@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from results.collect import CLASSIC_TASKS, TASKS
-from results.protocol import base_tag, only_yours
+from results.protocol import SECTION_SEP, base_tag, only_yours
 
 REFERENCE_DIR = Path(__file__).parent / "reference"
 MAJORITY = "(majority class)"
@@ -51,6 +51,19 @@ def is_reference(attention: pd.Series) -> pd.Series:
     return attention.isin(list(REFERENCE_ROWS))
 
 
+def rules_of_sections(rules: pd.DataFrame, ran: set[tuple[str, str]]) -> pd.DataFrame:
+    """The rule rows of each (section, task) in ``ran``: the section's own rule, else, for a drift section whose
+    differing settings leave the data alone (none is ``task.data.*``), its base tag's, fitted on the same data."""
+    own = {(tag, task): row for tag, task, row in zip(rules["tag"], rules["task"], rules.to_dict("records"))}
+    rows = []
+    for tag, task in sorted(ran):
+        same_data = not any(part.lstrip().startswith("task.data.") for part in tag.replace(SECTION_SEP, ",").split(","))
+        row = own.get((tag, task)) or (own.get((base_tag(tag), task)) if same_data else None)
+        if row is not None:
+            rows.append({**row, "tag": tag})
+    return pd.DataFrame(rows, columns=rules.columns)
+
+
 def summarize(long: pd.DataFrame, rules: pd.DataFrame | None = None) -> pd.DataFrame:
     """Wide summary, one row per (tag, attention): `<task>_mean`, `<task>_std`, `<task>_n` in percent.
 
@@ -65,8 +78,7 @@ def summarize(long: pd.DataFrame, rules: pd.DataFrame | None = None) -> pd.DataF
     majority = cell_stats(done[done["metric"] == "majority_acc"], ["tag", "task"]).assign(attention=MAJORITY)
     cells = [ours, majority]
     if rules is not None and not rules.empty:
-        ran = set(zip(done["tag"], done["task"]))
-        mine = rules[[(tag, task) in ran for tag, task in zip(rules["tag"], rules["task"])]]
+        mine = rules_of_sections(rules, set(zip(done["tag"], done["task"])))
         mine = mine.assign(value=mine["value"] * 100.0, attention="(" + mine["rule"] + ")")
         cells.append(cell_stats(mine, ["tag", "attention", "task"]))
     cells = pd.concat([c for c in cells if not c.empty] or [ours], ignore_index=True)

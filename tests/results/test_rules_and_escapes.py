@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from results.__main__ import main as results_main
@@ -14,7 +15,7 @@ from results.escapes import escape_step, escape_steps
 from results.markdown import to_markdown
 from results.rules import main as rules_main
 from results.rules import read_rules, root_operator_rule
-from results.summary import load_reference, summarize
+from results.summary import load_reference, rules_of_sections, summarize
 from tests.results.records import write_record
 from tests.results.test_collect import section, table_cells
 
@@ -57,6 +58,14 @@ def test_a_rule_is_shown_only_in_tags_with_runs_of_its_task(tmp_path):
     assert set(summary.loc[summary["tag"] == "default", "attention"]) == {
         "softmax", "(majority class)", "(root-operator rule)"}
     assert "quick" not in set(summary["tag"])
+
+
+def test_a_drift_section_on_the_same_data_shows_its_base_tags_rule():
+    rules = pd.DataFrame([{"tag": "default", "task": "listops", "rule": "root-operator rule", "value": 0.347}])
+    ran = {("default · task.optim.lr=0.0001", "listops"), ("default · task.data.generate.close_brackets=False",
+                                                          "listops"), ("quick", "listops")}
+    shown = rules_of_sections(rules, ran)
+    assert list(shown["tag"]) == ["default · task.optim.lr=0.0001"] and list(shown["value"]) == [0.347]
 
 
 def write_curve(record_path, accuracies, every=50):
