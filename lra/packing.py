@@ -19,7 +19,6 @@ class Packing:
     Without padding both moves are views."""
 
     def __init__(self, mask: Tensor):
-        self.mask = mask
         self.batch, self.length = mask.shape
         self.index = None if bool(mask.all()) else mask.reshape(-1).nonzero().squeeze(1)  # (T,)
 
