@@ -66,12 +66,13 @@ def check_option_types(name: str, opts: dict[str, Any]) -> None:
         check_type(name, key, value, defaults.get(key))
 
 
-def build_encoder(cfg: dict[str, Any], vocab_size: int) -> Encoder:
-    """The backbone from ``cfg['model']``, ``cfg['attention']`` and ``cfg['task']['max_len']``."""
+def build_encoder(cfg: dict[str, Any], vocab_size: int, pooling: str | None = None) -> Encoder:
+    """The backbone from ``cfg['model']``, ``cfg['attention']`` and ``cfg['task']['max_len']``; ``pooling``, when
+    given, replaces ``model.pooling`` (a task that reads out every position)."""
     model, max_len = cfg["model"], cfg["task"]["max_len"]
     return Encoder(vocab_size=vocab_size, max_len=max_len, dim=model["dim"], depth=model["depth"],
                    num_heads=model["heads"], ffn_dim=model["ffn_dim"], dropout=model["dropout"],
-                   make_attention=attention_factory(cfg, max_len), pooling=model["pooling"],
+                   make_attention=attention_factory(cfg, max_len), pooling=pooling or model["pooling"],
                    qkv_dim=model["qkv_dim"], checkpoint_blocks=model["checkpoint_blocks"],
                    embed_init_std=model["embed_init_std"])
 
@@ -83,6 +84,10 @@ class ClassificationModule(pl.LightningModule):
     encoder), ``model_step`` (loss, logits and targets, e.g. per-token targets) and ``tokens_in``.
     """
 
+    # a task whose read-out fixes the pooling sets it here, not in the config: the saved hyper-parameters stay the
+    # composed config, which a resume compares against (lra.same_run)
+    fixed_pooling: str | None = None
+
     def __init__(self, cfg: dict[str, Any], vocab_size: int, num_classes: int):
         super().__init__()
         self.save_hyperparameters({"cfg": cfg, "vocab_size": vocab_size, "num_classes": num_classes})
@@ -91,7 +96,7 @@ class ClassificationModule(pl.LightningModule):
             lr_multiplier(cfg["task"]["optim"], int(cfg["task"]["max_steps"]))
         except ValueError as err:
             raise UserError(str(err)) from None
-        self.encoder = build_encoder(cfg, vocab_size)
+        self.encoder = build_encoder(cfg, vocab_size, self.fixed_pooling)
         self.head = self.build_head(cfg["model"], num_classes)
         metric = partial(MulticlassAccuracy, num_classes=num_classes, average="micro")
         self.train_acc, self.val_acc, self.test_acc = metric(), metric(), metric()

@@ -138,8 +138,9 @@ class DataModule(CompactDataModule):
 class LitModule(ClassificationModule):
     """Causal token classifier: a linear read-out of every position, loss and accuracy on queries only."""
 
+    fixed_pooling = "none"  # every position is read out
+
     def __init__(self, cfg: dict[str, Any], vocab_size: int, num_classes: int):
-        cfg = {**cfg, "model": {**cfg["model"], "pooling": "none"}}  # every position is read out
         super().__init__(cfg, vocab_size, num_classes)
         metric = MulticlassAccuracy(num_classes=num_classes, average="micro", ignore_index=IGNORE)
         self.train_acc, self.val_acc, self.test_acc = metric, metric.clone(), metric.clone()

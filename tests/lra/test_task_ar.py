@@ -7,11 +7,13 @@ import json
 import numpy as np
 import pytest
 import torch
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
+from lra.callbacks import CheckpointOnPreemption
 from lra.errors import UserError
 from lra.tasks import ar
 from lra.train import run
-from tests.lra.conftest import compose_config
+from tests.lra.conftest import compose_config, signal_at_step
 
 SHAPE = {"seq_len": 40, "num_pairs": 6, "vocab_size": 34}
 AR_TINY = ["task=ar", "task.data.train=96", "task.data.val=32", "task.data.test=32", "task.batch_size=16"]
@@ -84,3 +86,21 @@ def test_softmax_learns_recall_within_a_few_hundred_steps(tmp_path):
                           "task.optim.warmup_steps=50", "model.dropout=0.0", "trainer.enable_progress_bar=false"])
     record = run(cfg, tmp_path)
     assert record["metrics"]["test_acc"] > 3 * record["metrics"]["majority_acc"]
+
+
+def test_an_interrupted_run_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
+    """The per-token read-out is the task's (``fixed_pooling``), not a rewrite of the saved config: the checkpoint
+    holds the composed settings, so the rerun resumes instead of being refused as a run of other settings."""
+    cfg = compose_config([*AR_TINY, "attention=linear", "task.max_steps=12", "task.eval_every=4",
+                          "trainer.enable_progress_bar=false"])
+    reference = run(cfg, tmp_path / "reference")["metrics"]
+    with monkeypatch.context() as patch:
+        patch.setattr(CheckpointOnPreemption, "on_train_batch_start", signal_at_step(7), raising=False)
+        with pytest.raises(SIGTERMException):
+            run(cfg, tmp_path / "resumed")
+    saved = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert saved["hyper_parameters"]["cfg"]["model"]["pooling"] == cfg["model"]["pooling"]
+    got = run(cfg, tmp_path / "resumed")
+    assert got["status"] == "completed" and got["steps"] == 12
+    for metric in ("val_acc", "test_acc", "test_loss"):
+        assert got["metrics"][metric] == reference[metric], metric
