@@ -20,6 +20,7 @@ from .feedforward import FeedForward
 from .norm_linear import norm_linear
 from .packing import Packing
 from .residual import linear_dropout_add
+from .short_conv import ShortConv
 
 
 class AttentionBlock(nn.Module):
@@ -29,9 +30,11 @@ class AttentionBlock(nn.Module):
     ``extras`` are the mechanism's declared extra projections of the normalised input
     (``attention_zoo.extra_inputs``, e.g. PolaFormer's gate): the input projection is widened by one
     ``qkv_dim``-sized slice per name, and each slice reaches the attention as that keyword, in head layout.
+    ``short_conv``: a depthwise convolution of that many positions on q, k and v (``lra.short_conv``).
     """
 
-    def __init__(self, dim: int, num_heads: int, attention: nn.Module, dropout: float, qkv_dim: int | None = None):
+    def __init__(self, dim: int, num_heads: int, attention: nn.Module, dropout: float, qkv_dim: int | None = None,
+                 short_conv: int | None = None, causal: bool = False):
         super().__init__()
         self.inner = qkv_dim or dim
         if self.inner % num_heads:
@@ -41,6 +44,7 @@ class AttentionBlock(nn.Module):
         self.num_inputs = 3 + len(extra_inputs(attention))
         self.qkv = nn.Linear(dim, self.num_inputs * self.inner)
         self.attention = attention
+        self.conv = ShortConv(3 * self.inner, short_conv, causal) if short_conv else None  # on q, k, v
         self.out = nn.Linear(self.inner, dim)
         self.dropout = Dropout(dropout)
 
@@ -51,6 +55,9 @@ class AttentionBlock(nn.Module):
         parts = norm_linear(x, self.norm, self.qkv)  # (B, N, width) or (T, width)
         if packing is not None:
             parts = packing.unpack(parts)  # (B, N, width), zeros at the pads
+        if self.conv is not None:
+            qkv = self.conv(parts[..., : 3 * self.inner], mask)
+            parts = qkv if self.num_inputs == 3 else torch.cat([qkv, parts[..., 3 * self.inner :]], dim=-1)
         q, k, v, *rest = parts.view(b, n, self.num_inputs, *heads).permute(2, 0, 3, 1, 4)  # each (B, H, N, head_dim)
         extras = dict(zip(extra_inputs(self.attention), rest))
         y = self.attention(q, k, v, key_padding_mask=mask, **extras)  # (B, H, N, head_dim)
@@ -77,7 +84,8 @@ class Encoder(nn.Module):
     ``pooling="none"`` returns every position ``(B, N, dim)`` (token-level tasks such as ``ar``);
     ``"padded_mean"`` is the ports' sum over real tokens divided by ``max_len``.
     ``embed_init_std`` draws token and position embeddings from N(0, std^2) (the ports: 0.02); None keeps
-    ``nn.Embedding``'s N(0, 1).
+    ``nn.Embedding``'s N(0, 1). ``short_conv``: each block's q, k, v through a depthwise convolution of that
+    many positions, causal when ``causal`` (``lra.short_conv``); None: none.
     Between the embeddings and the final norm only the real tokens are computed (``lra.packing``).
     ``checkpoint_blocks`` keeps only each block's input for backward and runs the block again there
     (``torch.utils.checkpoint``, the RNG state restored, so dropout draws the same masks): the same numbers
@@ -87,7 +95,7 @@ class Encoder(nn.Module):
     def __init__(self, *, vocab_size: int, max_len: int, dim: int, depth: int, num_heads: int,
                  ffn_dim: int, dropout: float, make_attention: Callable[[int], nn.Module],
                  pooling: str = "mean", qkv_dim: int | None = None, checkpoint_blocks: bool = False,
-                 embed_init_std: float | None = None):
+                 embed_init_std: float | None = None, short_conv: int | None = None, causal: bool = False):
         super().__init__()
         self.checkpoint_blocks = checkpoint_blocks
         if pooling not in POOLINGS:
@@ -102,7 +110,8 @@ class Encoder(nn.Module):
         self.dropout = Dropout(dropout)
         self.blocks = nn.ModuleList()
         for layer in range(depth):
-            self.blocks.append(AttentionBlock(dim, num_heads, make_attention(layer), dropout, qkv_dim))
+            self.blocks.append(AttentionBlock(dim, num_heads, make_attention(layer), dropout, qkv_dim,
+                                              short_conv, causal))
             self.blocks.append(FeedForward(dim, ffn_dim, dropout))
         self.norm = nn.LayerNorm(dim)
 

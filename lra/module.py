@@ -74,7 +74,8 @@ def build_encoder(cfg: dict[str, Any], vocab_size: int, pooling: str | None = No
                    num_heads=model["heads"], ffn_dim=model["ffn_dim"], dropout=model["dropout"],
                    make_attention=attention_factory(cfg, max_len), pooling=pooling or model["pooling"],
                    qkv_dim=model["qkv_dim"], checkpoint_blocks=model["checkpoint_blocks"],
-                   embed_init_std=model["embed_init_std"])
+                   embed_init_std=model["embed_init_std"], short_conv=model["short_conv"],
+                   causal=cfg["task"]["causal"])
 
 
 class ClassificationModule(pl.LightningModule):

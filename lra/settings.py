@@ -3,7 +3,8 @@ checks a type implies, and the values derived from the settings.
 
 ``conf/`` holds the values: the protocol's, per task and per experiment. A setting that some configs leave out has
 its default here (a field with a default: ``task.causal``, ``task.truncate``, ``task.data.limit``,
-``task.data.num_workers``, ``task.data.pad_multiple``, ``task.data.eval_batch_size``, ``task.optim.cycle_momentum``),
+``task.data.num_workers``, ``task.data.pad_multiple``, ``task.data.eval_batch_size``, ``task.optim.cycle_momentum``,
+``model.short_conv``),
 and ``complete(config)`` fills it in: the composed
 config (``lra.config.compose``), ``run.py``'s job and ``lra.train.run`` are complete, so code reads every
 setting as ``cfg[...]`` with no default of its own, and records and checkpoints carry every setting. A field
@@ -89,6 +90,7 @@ class Model:
     attention_dropout: float
     embed_init_std: float | None
     checkpoint_blocks: bool
+    short_conv: int | None = field(default=None, metadata=at_least(2))  # kernel on q, k, v (lra/short_conv.py)
 
 
 @dataclass(frozen=True)

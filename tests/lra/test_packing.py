@@ -29,17 +29,17 @@ def test_without_padding_both_moves_are_views():
     assert packing.pack(x).data_ptr() == x.data_ptr() and packing.unpack(packing.pack(x)).data_ptr() == x.data_ptr()
 
 
-def encoder(attention: str, pooling: str = "mean", dropout: float = 0.0) -> Encoder:
+def encoder(attention: str, pooling: str = "mean", dropout: float = 0.0, short_conv: int | None = None) -> Encoder:
     cfg = compose_config([f"attention={attention}", "model.dim=32"])
     torch.manual_seed(0)
     return Encoder(vocab_size=16, max_len=64, dim=32, depth=2, num_heads=2, ffn_dim=64, dropout=dropout,
-                   make_attention=attention_factory(cfg, 64), pooling=pooling)
+                   make_attention=attention_factory(cfg, 64), pooling=pooling, short_conv=short_conv)
 
 
 @pytest.mark.parametrize("attention", ["softmax", "linear", "llops", "based"])
-@pytest.mark.parametrize("pooling", ["mean", "cls"])
-def test_a_padded_batch_has_the_gradients_of_its_sequences_alone(attention, pooling):
-    enc = encoder(attention, pooling).train()  # dropout 0: training paths (the fused functions), no masks
+@pytest.mark.parametrize("pooling, short_conv", [("mean", None), ("cls", None), ("mean", 4)])
+def test_a_padded_batch_has_the_gradients_of_its_sequences_alone(attention, pooling, short_conv):
+    enc = encoder(attention, pooling, short_conv=short_conv).train()  # dropout 0: the fused training paths, no masks
     lengths = [20, 33, 9]
     torch.manual_seed(1)
     seqs = [torch.randint(1, 16, (n,)) for n in lengths]
