@@ -44,7 +44,7 @@ class AttentionBlock(nn.Module):
         self.num_inputs = 3 + len(extra_inputs(attention))
         self.qkv = nn.Linear(dim, self.num_inputs * self.inner)
         self.attention = attention
-        self.conv = ShortConv(3 * self.inner, short_conv, causal) if short_conv else None  # on q, k, v
+        self.conv = None if short_conv is None else ShortConv(3 * self.inner, short_conv, causal)  # q, k, v
         self.out = nn.Linear(self.inner, dim)
         self.dropout = Dropout(dropout)
 

@@ -30,5 +30,5 @@ class ShortConv(nn.Module):
         x = x.masked_fill(~mask.unsqueeze(-1), 0.0).transpose(1, 2)  # (B, channels, N)
         left = self.kernel - 1 if self.causal else (self.kernel - 1) // 2
         x = F.pad(x, (left, self.kernel - 1 - left))
-        return self.conv(x).transpose(1, 2)  # (B, N, channels)
+        return self.conv(x).transpose(1, 2).contiguous()  # (B, N, channels), head_dim contiguous for the kernels
 

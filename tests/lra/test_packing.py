@@ -37,7 +37,7 @@ def encoder(attention: str, pooling: str = "mean", dropout: float = 0.0, short_c
 
 
 @pytest.mark.parametrize("attention", ["softmax", "linear", "llops", "based"])
-@pytest.mark.parametrize("pooling, short_conv", [("mean", None), ("cls", None), ("mean", 4)])
+@pytest.mark.parametrize("pooling, short_conv", [("mean", None), ("cls", None), ("mean", 4), ("cls", 3)])
 def test_a_padded_batch_has_the_gradients_of_its_sequences_alone(attention, pooling, short_conv):
     enc = encoder(attention, pooling, short_conv=short_conv).train()  # dropout 0: the fused training paths, no masks
     lengths = [20, 33, 9]
@@ -54,6 +54,7 @@ def test_a_padded_batch_has_the_gradients_of_its_sequences_alone(attention, pool
         (enc(s[None], torch.tensor([len(s)]))[0] * w).sum().backward()
     alone = {name: p.grad for name, p in enc.named_parameters() if p.grad is not None}
     assert batched.keys() == alone.keys() and len(batched) > 10
+    assert any(".conv." in name for name in batched) == (short_conv is not None)
     for name in batched:
         assert_close(alone[name], batched[name], ratio=1e-5, what=f"{attention} {name}")
 

@@ -44,6 +44,24 @@ def test_outputs_and_gradients_match_the_position_by_position_sum(causal, kernel
     assert torch.all(ours[0][1, 5:] == 0)  # pads never reach a real position
 
 
+@pytest.mark.parametrize("kernel, causal, reads", [(4, False, [-1, 0, 1, 2]), (3, False, [-1, 0, 1]),
+                                                  (3, True, [-2, -1, 0]), (2, True, [-1, 0])])
+def test_the_window_of_each_kernel_written_out(kernel, causal, reads):
+    """Which offsets ``s - t`` position ``t`` reads: a one-hot input at ``s`` reaches the outputs ``t = s - offset``."""
+    conv = ShortConv(1, kernel, causal)
+    with torch.no_grad():
+        conv.conv.weight.fill_(1.0)
+    x, mask = torch.zeros(1, 9, 1), torch.ones(1, 9, dtype=torch.bool)
+    x[0, 4, 0] = 1.0
+    reached = torch.nonzero(conv(x, mask)[0, :, 0]).flatten().tolist()
+    assert reached == sorted(4 - offset for offset in reads)
+
+
+def test_the_output_is_contiguous_for_the_attention_kernels():
+    out = ShortConv(6, 3, causal=False)(torch.randn(2, 5, 6), torch.ones(2, 5, dtype=torch.bool))
+    assert out.is_contiguous()
+
+
 def test_a_causal_conv_reads_no_later_position():
     conv = ShortConv(4, 3, causal=True)
     x, mask = torch.randn(1, 8, 4), torch.ones(1, 8, dtype=torch.bool)
