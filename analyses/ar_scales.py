@@ -2,8 +2,8 @@
 
 ``python -m analyses.ar_scales [--variants based llops ...] [--steps 200] [--at 0 100 200] [--quick]``
 builds the AR models of ``analyses.ar_ablation``'s wide row (width 96, BASED r = 16, LLoPS p = 4, its lr,
-warmup and schedule) and each named variant of them (``VARIANTS``: another m, the embedding init, unsquared
-features, ...), then measures at initialisation and after ``--at`` steps of the ablation's own optimiser
+warmup and schedule) and each named variant of them (``VARIANTS``: another m, the embedding init, the short
+convolution, unsquared features, ...), then measures at initialisation and after ``--at`` steps of the ablation's own optimiser
 (AdamW, linear warmup and decay over ``--schedule-steps``) on one fixed validation batch, one thread:
 
 - per layer (``analyses._ar_probe``): |q|, |k|, |phi(q)|, |phi(k)|, the denominators (log10 of the mean kernel
@@ -57,6 +57,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], list[str]]] = {
     "llops_p2": ("llops", {**LLOPS, "degree": 2}, []),
     "llops_taylor": ("llops", {**LLOPS, "constant": True, "linear_features": 16}, []),
     "llops_constant": ("llops", {**LLOPS, "constant": True}, []),
+    "based_conv3": ("based", {"feature_dim": 16}, ["model.short_conv=3"]),  # the blocks of BASED and Zoology
+    "llops_conv3": ("llops", LLOPS, ["model.short_conv=3"]),
 }
 QUICK = ["task.data.train=64", "task.data.val=16", "task.data.test=16"]
 LAYER_KEYS = ("sketch", "qk")
