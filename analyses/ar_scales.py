@@ -3,8 +3,9 @@
 ``python -m analyses.ar_scales [--variants based llops ...] [--steps 200] [--at 0 100 200] [--quick]``
 builds the AR models of ``analyses.ar_ablation``'s wide row (width 96, BASED r = 16, LLoPS p = 4, its lr,
 warmup and schedule) and each named variant of them (``VARIANTS``: another m, the embedding init, the short
-convolution, unsquared features, ...), then measures at initialisation and after ``--at`` steps of the ablation's own optimiser
-(AdamW, linear warmup and decay over ``--schedule-steps``) on one fixed validation batch, one thread:
+convolution, unsquared features, ...), then measures at initialisation and after ``--at`` steps of the
+ablation's own optimiser (AdamW, linear warmup and decay over ``--schedule-steps``) on one fixed validation
+batch, one thread:
 
 - per layer (``analyses._ar_probe``): |q|, |k|, |phi(q)|, |phi(k)|, the denominators (log10 of the mean kernel
   value and its spread over queries, eps's share), how spread the weights are (effective keys, top weight), how
