@@ -18,7 +18,7 @@ LAYOUTS = {
     # a1461a6: the ListOps study's records (results/runs/listops/linear/seed0/study_*)
     "before close_brackets and batching": (
         ["task.data.generate.close_brackets", "task.batching", "task.batching_pool"], True),
-    # 308d881: the full-protocol softmax record (results/runs/listops/softmax/seed0/default)
+    # 308d881: the full-protocol softmax record (results/runs/listops/softmax/seed0/default,task.optim.lr=1e-4)
     "before embed_init_std and micro_batches": (
         ["task.data.generate.close_brackets", "task.batching", "task.batching_pool", "model.embed_init_std",
          "task.micro_batches"], True),
