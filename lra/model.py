@@ -56,7 +56,7 @@ class AttentionBlock(nn.Module):
         if packing is not None:
             parts = packing.unpack(parts)  # (B, N, width), zeros at the pads
         if self.conv is not None:
-            qkv = self.conv(parts[..., : 3 * self.inner], mask)
+            qkv = self.conv(parts[..., : 3 * self.inner], None if packing is not None else mask)  # unpacked: pads 0
             parts = qkv if self.num_inputs == 3 else torch.cat([qkv, parts[..., 3 * self.inner :]], dim=-1)
         q, k, v, *rest = parts.view(b, n, self.num_inputs, *heads).permute(2, 0, 3, 1, 4)  # each (B, H, N, head_dim)
         extras = dict(zip(extra_inputs(self.attention), rest))

@@ -5,8 +5,8 @@ arXiv 2312.04927; DeltaNet and GLA after them): with ``k_t = sum_j w_j * (W_k x)
 token can carry the token before it, so one attention layer can bind a key to its value, which a kernel that
 cannot attend sharply by position cannot learn otherwise. Each channel has its own ``kernel`` taps and no bias;
 causal tasks look back only (``t-kernel+1 .. t``), the others over a centred window. Padded positions are zero
-before the convolution, so a sequence never reads its pads' projections (which are not zero: they carry the
-projection's bias).
+before the convolution (zeroed here unless the caller's layout has them zero already), so a sequence never
+reads its pads' projections (which are not zero: they carry the projection's bias).
 """
 
 from __future__ import annotations
@@ -22,13 +22,15 @@ class ShortConv(nn.Module):
         super().__init__()
         if kernel < 2:
             raise ValueError(f"a short convolution needs a kernel of at least 2 positions, got {kernel}")
-        self.kernel, self.causal = kernel, causal
+        self.causal = causal
+        left = kernel - 1 if causal else (kernel - 1) // 2
+        self.padding = (left, kernel - 1 - left)  # zeros before and after the sequence
         self.conv = nn.Conv1d(channels, channels, kernel, groups=channels, bias=False)
 
-    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
-        """``x`` ``(B, N, channels)``, ``mask`` ``(B, N)`` True at real tokens; the same shape back."""
-        x = x.masked_fill(~mask.unsqueeze(-1), 0.0).transpose(1, 2)  # (B, channels, N)
-        left = self.kernel - 1 if self.causal else (self.kernel - 1) // 2
-        x = F.pad(x, (left, self.kernel - 1 - left))
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        """``x`` ``(B, N, channels)``, ``mask`` ``(B, N)`` True at real tokens, or None when ``x`` is already zero
+        at its pads (``lra.packing``'s unpacked layout); the same shape back."""
+        if mask is not None:
+            x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
+        x = F.pad(x.transpose(1, 2), self.padding)  # (B, channels, N + kernel - 1)
         return self.conv(x).transpose(1, 2).contiguous()  # (B, N, channels), head_dim contiguous for the kernels
-
