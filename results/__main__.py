@@ -102,11 +102,12 @@ def main(argv: list[str] | None = None) -> int:
         for problem in problems:
             print(f"  {problem.kind}: {problem.path}: {problem.message}")
         return 0
-    summary = add_escapes(summarize(long, read_rules(args.roots)), long)
+    rules = read_rules(args.roots)
+    summary = add_escapes(summarize(long, rules), long)
     names = list(REFERENCES) if "all" in (args.reference or []) else list(dict.fromkeys(args.reference or []))
     frames = {name: load_reference(name) for name in names or DEFAULT_REFERENCES}
     references = {REFERENCES[name]: frame for name, frame in frames.items()}
-    markdown = to_markdown(summary, problems, references, args.published_rows, protocol_notes(long), long)
+    markdown = to_markdown(summary, problems, references, args.published_rows, protocol_notes(long), long, rules)
     out = Path(args.out)
     write_atomic(out / "runs.csv", long.to_csv(index=False))
     write_atomic(out / "lra.csv", add_published(summary, frames).to_csv(index=False, float_format="%.4f"))

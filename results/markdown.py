@@ -11,7 +11,7 @@ from results.collect import CLASSIC_TASKS, UNTAGGED, Problem
 from results.escapes import ESCAPE_AT, escape_steps
 from results.markdown_text import md_code, md_text
 from results.protocol import SECTION_SEP, YOURS, base_tag, only_yours
-from results.summary import AVERAGE, REFERENCE_ROWS, best_flags, follows, is_reference, shown_beside
+from results.summary import AVERAGE, REFERENCE_ROWS, best_flags, follows, is_reference, rules_of_sections, shown_beside
 
 QUICK_TAG = "quick"  # a pipeline check: its section gets no runs table
 
@@ -126,9 +126,11 @@ def format_hours(seconds) -> str:
     return "" if pd.isna(seconds) else f"{seconds / 3600:.2f} h"
 
 
-def runs_table(long: pd.DataFrame) -> str:
+def runs_table(long: pd.DataFrame, rules: pd.DataFrame | None = None) -> str:
     """One row per completed run: test and best validation accuracy, the step it escaped the plateau at (tasks of
-    `results.escapes.ESCAPE_AT`: "never" when it did not), wall time, training tokens/s, git sha."""
+    `results.escapes.ESCAPE_AT`: "never" when it did not), wall time, training tokens/s, git sha; then a row per
+    rule of `rules` (`results.rules.read_rules`' columns) with its test and validation accuracy, so that a run's
+    val acc reads against the rule's on the same split."""
     done = long[long["status"] == "completed"]
     values = done.pivot_table(index="path", columns="metric", values="value", aggfunc="first")
     steps = escape_steps(done).set_index("path")["escape_step"]
@@ -143,6 +145,9 @@ def runs_table(long: pd.DataFrame) -> str:
                      format_cell(100 * metric.get("val_acc", math.nan)), *escape, format_hours(run.wall_time_s),
                      "" if pd.isna(run.tokens_per_s) else f"{run.tokens_per_s:,.0f}",
                      md_text(str(run.git_sha or "")[:7])])
+    for rule in ([] if rules is None else rules.itertuples()):
+        rows.append([md_text(rule.rule), md_text(rule.task), "", format_cell(100 * rule.value),
+                     format_cell(100 * rule.val), *([""] if with_escape else []), "", "", ""])
     header = ["attention", "task", "seed", "test acc", "val acc", *(["escape step"] if with_escape else []),
               "wall time", "train tokens/s", "git sha"]
     return markdown_table(header, rows)
@@ -232,11 +237,11 @@ def mixed_versions(long: pd.DataFrame) -> list[str]:
 
 def to_markdown(summary: pd.DataFrame, problems: list[Problem], references: dict[str, pd.DataFrame],
                 published_rows: bool = False, notes: dict[str, list[str]] | None = None,
-                long: pd.DataFrame | None = None) -> str:
+                long: pd.DataFrame | None = None, rules: pd.DataFrame | None = None) -> str:
     """The whole `lra.md`: one section per tag (table, notes, runs not averaged), then unreadable records.
 
     `notes` adds lines under a tag's table (e.g. `results.protocol.protocol_notes`); with `long`, the
-    full-protocol section also lists each run's wall time and throughput.
+    full-protocol section also lists each run's wall time and throughput, and below them the section's `rules`.
     """
     found = set(summary["tag"]) | {p.tag for p in problems if p.tag is not None}
     tags = sorted(found, key=section_order)
@@ -249,9 +254,11 @@ def to_markdown(summary: pd.DataFrame, problems: list[Problem], references: dict
         if lines:
             parts.append("\n".join(f"- {line}" for line in lines))
         if long is not None and base_tag(tag) != QUICK_TAG and (long["tag"] == tag).any():
+            ran = {(tag, task) for task in long.loc[long["tag"] == tag, "task"]}
+            shown = None if rules is None or rules.empty else rules_of_sections(rules, ran)
             parts += ["Runs (wall time: training, validation and test, summed over resumed segments; tokens/s: "
                       "real (unpadded) training tokens per second of fitting, validation passes included):",
-                      runs_table(long[long["tag"] == tag])]
+                      runs_table(long[long["tag"] == tag], shown)]
         skipped = [p for p in problems if p.tag == tag]
         if skipped:
             parts.append(f"Not averaged ({len(skipped)}):\n\n" + "\n".join(problem_lines(skipped)))
