@@ -8,7 +8,8 @@ model's own q, k (captured at each layer's attention) and on the exact weights t
 - ``den``: ``log10`` of the mean kernel value ``den_i / (i + 1)`` of query ``i`` (median over queries) and
   ``den_spread``, its standard deviation over queries (orders of magnitude between queries);
 - ``eps_share``: ``eps / (den + eps)`` as the module computes it (LLoPS rescales q, k and eps by powers of two);
-- ``eff_keys``: ``(1 / sum_j w_ij^2) / (i + 1)``: 1 for uniform weights, ``1 / (i + 1)`` for one key;
+- ``eff_keys``: ``((sum_j |w_ij|)^2 / sum_j w_ij^2) / (i + 1)``: 1 for uniform weights, ``1 / (i + 1)`` for one
+  key, whatever the weights sum to (where eps dominates a denominator they sum to less than 1);
 - ``top1``: the largest weight; ``neg_mass``: weight on negative kernel values (unsquared LLoPS);
 - ``feat_eff``: the features a query's denominator effectively sums over (participation ratio of each
   feature's share ``phi_q[i, f] sum_j phi_k[j, f] / den_i``) as a fraction of m: 1 when every feature carries
@@ -95,7 +96,7 @@ def layer_metrics(layer: LayerCapture, tokens: Tensor, targets: Tensor) -> dict[
         "phi_q": parts["phi_q_raw"].norm(dim=-1).mean().item(), "phi_k": parts["phi_k_raw"].norm(dim=-1).mean().item(),
         "den": mean_kernel.median().item(), "den_spread": mean_kernel.std().item(),
         "eps_share": (eps / (den + eps)).mean().item(),
-        "eff_keys": (1 / weights.pow(2).sum(-1) / count).mean().item(),
+        "eff_keys": (weights.abs().sum(-1).pow(2) / weights.pow(2).sum(-1).clamp_min(1e-300) / count).mean().item(),
         "top1": weights.amax(-1).mean().item(),
         "neg_mass": (weights.clamp_max(0).abs().sum(-1) / weights.abs().sum(-1)).mean().item(),
         "feat_eff": (1 / share.pow(2).sum(-1) / share.shape[-1]).mean().item(),

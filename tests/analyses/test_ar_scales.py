@@ -71,6 +71,17 @@ def test_uniform_weights_give_the_uniform_metrics():
     assert m["neg_mass"] == 0
 
 
+def test_eff_keys_counts_keys_even_where_eps_dominates_the_denominators():
+    module = causal("based", feature_dim=4, eps=1e6)  # weights uniform but summing to ~(i + 1) / 1e6
+    with torch.no_grad():
+        module.w_q.zero_()
+    q, k, mask = qk()
+    tokens, targets = mqar_batch()
+    m = probe.layer_metrics(LayerCapture(0, module, q, k, q, mask, q), tokens, targets)
+    assert m["eps_share"] > 0.99
+    assert m["eff_keys"] == pytest.approx(1, rel=1e-6)
+
+
 def test_features_of_equal_mass_are_all_effective_and_one_feature_is_one():
     module = causal("llops", features=8, degree=2)
     q, k, mask = qk()
