@@ -19,7 +19,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
-from .allocator import reuse_freed_memory
+from .allocator import ReleaseFreedMemory, reuse_freed_memory
 from .build import build
 from .callbacks import CheckpointOnPreemption, StepProgressBar, StopOnDivergence, ValidationProgress, stop_signal
 from .checkpoints import RunFolderCheckpoint, RunFolderCheckpointIO, not_a_link, resume_point
@@ -77,6 +77,8 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
             f"(trainer.gradient_clip_val=1.0); last.ckpt holds the last validated state before it.")
     callbacks = [checkpoint, LearningRateMonitor("step"), CheckpointOnPreemption(ckpt_dir / "last.ckpt"),
                  StopOnDivergence(hint)]
+    if cfg["reuse_freed_memory"]:
+        callbacks.append(ReleaseFreedMemory())
     if FreeCoreThreads.wanted():
         callbacks.append(FreeCoreThreads())
     if cfg["trainer"]["enable_progress_bar"]:

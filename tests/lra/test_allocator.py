@@ -1,0 +1,31 @@
+"""The CPU allocator settings: freed memory kept for reuse, and handed back every few training steps."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from lra import allocator
+
+
+def test_freed_memory_kept_by_reuse_is_handed_back():
+    if not hasattr(allocator._libc(), "malloc_trim"):  # no glibc: both settings say they did nothing
+        assert not allocator.release_freed_memory()
+        return
+    assert allocator.reuse_freed_memory()
+    blocks = [torch.ones(n * 1_000_003, dtype=torch.uint8) for n in (40, 7, 40, 13, 40)]  # heap, not mmap
+    del blocks[::2]  # free pages between live blocks: kept, since trimming is off
+    assert allocator.release_freed_memory()
+    assert all(int(block.sum()) == block.numel() for block in blocks)  # live blocks untouched
+
+
+def test_release_runs_every_n_steps_once_per_step(monkeypatch):
+    calls = []
+    monkeypatch.setattr(allocator, "release_freed_memory", lambda: calls.append(trainer.global_step))
+    callback = allocator.ReleaseFreedMemory(every=3)
+    trainer = SimpleNamespace(global_step=0)
+    for step in (1, 2, 3, 3, 4, 5, 6, 7, 9):  # step 3 twice: two micro-batches of one step
+        trainer.global_step = step
+        callback.on_train_batch_end(trainer, None, None, None, 0)
+    assert calls == [3, 6, 9]
