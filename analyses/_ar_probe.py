@@ -9,7 +9,8 @@ model's own q, k (captured at each layer's attention) and on the exact weights t
   ``den_spread``, its standard deviation over queries (orders of magnitude between queries);
 - ``eps_share``: ``eps / (den + eps)`` as the module computes it (LLoPS rescales q, k and eps by powers of two);
 - ``eff_keys``: ``((sum_j |w_ij|)^2 / sum_j w_ij^2) / (i + 1)``: 1 for uniform weights, ``1 / (i + 1)`` for one
-  key, whatever the weights sum to (where eps dominates a denominator they sum to less than 1);
+  key, whatever the weights sum to (where eps dominates a denominator they sum to less than 1; with signed
+  weights, unsquared LLoPS, it counts by |w|);
 - ``top1``: the largest weight; ``neg_mass``: weight on negative kernel values (unsquared LLoPS);
 - ``feat_eff``: the features a query's denominator effectively sums over (participation ratio of each
   feature's share ``phi_q[i, f] sum_j phi_k[j, f] / den_i``) as a fraction of m: 1 when every feature carries

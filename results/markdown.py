@@ -254,7 +254,7 @@ def to_markdown(summary: pd.DataFrame, problems: list[Problem], references: dict
         if lines:
             parts.append("\n".join(f"- {line}" for line in lines))
         if long is not None and base_tag(tag) != QUICK_TAG and (long["tag"] == tag).any():
-            ran = {(tag, task) for task in long.loc[long["tag"] == tag, "task"]}
+            ran = {(tag, task) for task in long.loc[(long["tag"] == tag) & (long["status"] == "completed"), "task"]}
             shown = None if rules is None or rules.empty else rules_of_sections(rules, ran)
             parts += ["Runs (wall time: training, validation and test, summed over resumed segments; tokens/s: "
                       "real (unpadded) training tokens per second of fitting, validation passes included):",

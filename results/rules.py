@@ -9,7 +9,8 @@ record; the rules here are computed from the prepared data once per (task, tag) 
   (`val_acc`, for the runs' best validation accuracy: the two splits' rule accuracies differ by sampling alone,
   34.70 against 36.80% on ours). A model at this level has found the root operator and nothing more (the PyTorch
   ports' ~37%); one below it has not. `test_ceiling` is the most any predictor that sees only the root operator
-  can score on test (the rule fitted on test itself): a model above it has learnt more than the root.
+  can score on test (the rule fitted on test itself; `val_ceiling` the same on validation): a model above it has learnt
+  more than the root.
 
 The record names the data it was fitted on (the splits' sha256 from the manifest) and the command that made it.
 Written under `outputs/rules/` unless `--committed` (then `results/runs/rules/`, committed with the run records).
@@ -62,10 +63,11 @@ def listops_rule(task_dir: Path, tag: str, command: str) -> dict:
     accuracy, best = root_operator_rule(first_tokens(train), train.labels, first_tokens(test), test.labels)
     val_accuracy, _ = root_operator_rule(first_tokens(train), train.labels, first_tokens(val), val.labels)
     ceiling, _ = root_operator_rule(first_tokens(test), test.labels, first_tokens(test), test.labels)
+    val_ceiling, _ = root_operator_rule(first_tokens(val), val.labels, first_tokens(val), val.labels)
     vocab = manifest["vocab"]
     return {
         "kind": "rule", "task": "listops", "tag": tag, "rule": RULES["listops"], "test_acc": accuracy,
-        "val_acc": val_accuracy, "test_ceiling": ceiling,
+        "val_acc": val_accuracy, "test_ceiling": ceiling, "val_ceiling": val_ceiling,
         "label_per_root": {vocab[token]: label for token, label in sorted(best.items())},
         "fitted_on": "train", "scored_on": "test",
         "data": {split: manifest["splits"][split]["sha256"] for split in ("train", "val", "test")},
@@ -96,7 +98,7 @@ def read_rules(roots) -> pd.DataFrame:
                 record = json.loads(read_limited(path))
                 key = (str(record["tag"]), str(record["task"]))
                 value = float(record["test_acc"])
-                val = float(record.get("val_acc", math.nan))
+                val = float(record.get("val_acc") if record.get("val_acc") is not None else math.nan)
                 label = str(record["rule"])
             except (UnsafeFile, ValueError, KeyError, TypeError) as err:
                 print(f"warning: rule record {path} left out: {err}", file=sys.stderr)
@@ -132,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         path = root / "rules" / args.task / f"{tag}.json"
         write_atomic(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
         print(f"{args.task} {tag}: {record['rule']} test {100 * record['test_acc']:.2f}%, validation "
-              f"{100 * record['val_acc']:.2f}% -> {path}")
+              f"{100 * record['val_acc']:.2f}%; root-only ceilings test {100 * record['test_ceiling']:.2f}%, "
+              f"validation {100 * record['val_ceiling']:.2f}% -> {path}")
     return status
 
 

@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from lra import allocator
+
+
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def test_freed_memory_kept_by_reuse_is_handed_back():
     if not hasattr(allocator._libc(), "malloc_trim"):  # no glibc: both settings say they did nothing
         assert not allocator.release_freed_memory()
         return
-    assert allocator.reuse_freed_memory()
+    assert allocator.reuse_freed_memory()  # for the rest of this process too, as in any training run
     blocks = [torch.ones(n * 1_000_003, dtype=torch.uint8) for n in (40, 7, 40, 13, 40)]  # heap, not mmap
-    del blocks[::2]  # free pages between live blocks: kept, since trimming is off
+    del blocks[::2]  # 120 MB freed between and after live blocks: kept mapped, since trimming is off
+    kept = resident_bytes()
     assert allocator.release_freed_memory()
-    assert all(int(block.sum()) == block.numel() for block in blocks)  # live blocks untouched
+    assert kept - resident_bytes() > 80e6
+    assert all(int(block.sum()) == block.numel() for block in blocks)
 
 
 def test_release_runs_every_n_steps_once_per_step(monkeypatch):
@@ -29,3 +38,5 @@ def test_release_runs_every_n_steps_once_per_step(monkeypatch):
         trainer.global_step = step
         callback.on_train_batch_end(trainer, None, None, None, 0)
     assert calls == [3, 6, 9]
+    with pytest.raises(ValueError, match="every >= 1"):
+        allocator.ReleaseFreedMemory(every=0)

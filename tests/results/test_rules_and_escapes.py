@@ -47,6 +47,7 @@ def test_rules_command_fits_on_generated_listops_and_the_table_shows_the_row(tmp
     assert list(rows)[-2:] == ["majority class", "root-operator rule"]
     assert 0.0 <= record["val_acc"] <= 1.0 and set(record["data"]) == {"train", "val", "test"}
     assert record["test_acc"] <= record["test_ceiling"] <= 1.0  # fitted on test itself: no root-only rule beats it
+    assert record["val_acc"] <= record["val_ceiling"] <= 1.0
 
 
 def rule_record(tmp_path, tag, **accuracies):
@@ -58,17 +59,21 @@ def rule_record(tmp_path, tag, **accuracies):
 def test_the_runs_table_ends_with_the_rule_on_test_and_validation(tmp_path):
     rule_record(tmp_path, "default", test_acc=0.347, val_acc=0.368)
     rule_record(tmp_path, "study_lr", test_acc=0.347)  # a record from before val_acc: that cell stays blank
+    rule_record(tmp_path, "study_port", test_acc=0.347, val_acc=None)  # written by hand: blank too, not dropped
+    write_record(tmp_path, "listops", "linear", 0, 0.17, tag="study_port")
     write_record(tmp_path, "listops", "softmax", 0, 0.349, tag="default")
     write_record(tmp_path, "listops", "linear", 0, 0.357, tag="study_lr")
     long, problems = collect([tmp_path])
     rules = read_rules([tmp_path])
     markdown = to_markdown(summarize(long, rules), problems, {}, long=long, rules=rules)
-    runs = {tag: section(markdown, tag).split("Runs (")[1].splitlines() for tag in ("default", "study_lr")}
+    tags = ("default", "study_lr", "study_port")
+    runs = {tag: section(markdown, tag).split("Runs (")[1].splitlines() for tag in tags}
     default_rows = [line.split("|")[1:-1] for line in runs["default"] if line.startswith("|")]
     assert [cell.strip() for cell in default_rows[-1][:5]] == ["root-operator rule", "listops", "", "34.70", "36.80"]
     assert default_rows[-2][0].strip() == "softmax"
     study_rule = [line.split("|")[1:-1] for line in runs["study_lr"] if "root-operator rule" in line]
     assert [cell.strip() for cell in study_rule[0][3:5]] == ["34.70", ""]
+    assert any("root-operator rule" in line and "34.70" in line for line in runs["study_port"])
 
 
 def test_a_rule_is_shown_only_in_tags_with_runs_of_its_task(tmp_path):
