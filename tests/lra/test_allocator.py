@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from lra import allocator
+from lra import allocator, train
+from tests.lra.conftest import TINY, compose_config
 
 
 def resident_bytes() -> int:
@@ -40,3 +41,16 @@ def test_release_runs_every_n_steps_once_per_step(monkeypatch):
     assert calls == [3, 6, 9]
     with pytest.raises(ValueError, match="every >= 1"):
         allocator.ReleaseFreedMemory(every=0)
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_training_releases_freed_memory_only_while_it_keeps_it(tiny_data_dir, tmp_path, monkeypatch, reuse):
+    released = []
+    monkeypatch.setattr(allocator, "release_freed_memory", lambda: released.append(True))
+    monkeypatch.setattr(train, "ReleaseFreedMemory", lambda: allocator.ReleaseFreedMemory(every=5))
+    monkeypatch.setattr(train, "reuse_freed_memory", lambda: True)  # this process's malloc left as it is
+    cfg = compose_config(["attention=linear", "experiment=quick", f"data_dir={tiny_data_dir}", *TINY,
+                          "task.max_steps=12", "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=5",
+                          f"reuse_freed_memory={reuse}"])
+    train.run(cfg, tmp_path)
+    assert len(released) == (2 if reuse else 0)  # after steps 5 and 10
