@@ -59,15 +59,18 @@ def listops_rule(task_dir: Path, tag: str, command: str) -> dict:
     """The root-operator rule record of the ListOps data in `task_dir`."""
     rebuild = f"python -m data_prep listops --out {task_dir.parent}"
     manifest = load_manifest(task_dir, rebuild_cmd=rebuild)
-    train, val, test = (load_split(task_dir, split, rebuild_cmd=rebuild) for split in ("train", "val", "test"))
-    accuracy, best = root_operator_rule(first_tokens(train), train.labels, first_tokens(test), test.labels)
-    val_accuracy, _ = root_operator_rule(first_tokens(train), train.labels, first_tokens(val), val.labels)
-    ceiling, _ = root_operator_rule(first_tokens(test), test.labels, first_tokens(test), test.labels)
-    val_ceiling, _ = root_operator_rule(first_tokens(val), val.labels, first_tokens(val), val.labels)
+    splits = {split: load_split(task_dir, split, rebuild_cmd=rebuild) for split in ("train", "val", "test")}
+    roots = {name: (first_tokens(split), split.labels) for name, split in splits.items()}
+
+    def fitted(on: str, scored: str) -> tuple[float, dict[int, int]]:
+        return root_operator_rule(*roots[on], *roots[scored])
+
+    accuracy, best = fitted("train", "test")
     vocab = manifest["vocab"]
     return {
         "kind": "rule", "task": "listops", "tag": tag, "rule": RULES["listops"], "test_acc": accuracy,
-        "val_acc": val_accuracy, "test_ceiling": ceiling, "val_ceiling": val_ceiling,
+        "val_acc": fitted("train", "val")[0], "test_ceiling": fitted("test", "test")[0],
+        "val_ceiling": fitted("val", "val")[0],
         "label_per_root": {vocab[token]: label for token, label in sorted(best.items())},
         "fitted_on": "train", "scored_on": "test",
         "data": {split: manifest["splits"][split]["sha256"] for split in ("train", "val", "test")},
@@ -98,7 +101,7 @@ def read_rules(roots) -> pd.DataFrame:
                 record = json.loads(read_limited(path))
                 key = (str(record["tag"]), str(record["task"]))
                 value = float(record["test_acc"])
-                val = float(record.get("val_acc") if record.get("val_acc") is not None else math.nan)
+                val = math.nan if record.get("val_acc") is None else float(record["val_acc"])
                 label = str(record["rule"])
             except (UnsafeFile, ValueError, KeyError, TypeError) as err:
                 print(f"warning: rule record {path} left out: {err}", file=sys.stderr)
