@@ -24,35 +24,15 @@ import math
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from data_prep.compact import DataError, load_manifest, load_split
+from data_prep.listops_roots import first_tokens, root_operator_rule
 from lra.atomic import write_atomic
 from results.safe_read import UnsafeFile, read_limited
 
 RULES = {"listops": "root-operator rule"}
 COMMITTED_ROOT, USER_ROOT = Path("results/runs"), Path("outputs")
-
-
-def root_operator_rule(train_first: np.ndarray, train_labels: np.ndarray, test_first: np.ndarray,
-                       test_labels: np.ndarray) -> tuple[float, dict[int, int]]:
-    """Test accuracy of the most frequent training label per first token, and that label per first token.
-
-    A first token never seen in training gets the overall most frequent training label.
-    """
-    overall = int(np.bincount(train_labels).argmax())
-    table = pd.DataFrame({"first": train_first, "label": train_labels})
-    counts = table.groupby(["first", "label"]).size().rename("n").reset_index()
-    counts = counts.sort_values(["first", "n", "label"], ascending=[True, False, True], kind="stable")
-    best = {int(row.first): int(row.label) for row in counts.drop_duplicates("first").itertuples()}
-    predicted = np.array([best.get(int(token), overall) for token in test_first], dtype=np.int64)
-    return float((predicted == test_labels).mean()), best
-
-
-def first_tokens(split) -> np.ndarray:
-    """The first token of every sequence of a loaded split, (N,)."""
-    return split.tokens[split.offsets[:-1]].astype(np.int64)
 
 
 def listops_rule(task_dir: Path, tag: str, command: str) -> dict:

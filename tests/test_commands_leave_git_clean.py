@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from analyses import ar_ablation, microscope, slay_poly_factor
+from analyses import ar_ablation, listops_root, microscope, slay_poly_factor
 from benchmarks import threads
 from lra.outputs import BENCH, TABLES, Destination
 from tests.benchmarks.test_port_step import CONFIG, MODEL
@@ -160,6 +160,8 @@ def test_an_analysis_writes_its_tables_under_outputs_unless_committed():
     assert slay_poly_factor.parse_args(["--committed"]).tables == Path("results/tables")
     assert ar_ablation.parse_args([]).tables == Path("outputs/tables")  # it trains: not run in the clone
     assert ar_ablation.parse_args(["--committed"]).tables == Path("results/tables")
+    assert listops_root.parse_args(["run"]).tables == Path("outputs/tables")  # it needs a trained run's checkpoint
+    assert listops_root.parse_args(["run", "--committed"]).tables == Path("results/tables")
     with pytest.raises(SystemExit):
         slay_poly_factor.parse_args(["--committed", "--tables", "mine"])  # argparse: one line, exit 2
 

@@ -5,29 +5,17 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pandas as pd
-import pytest
 
 from results.__main__ import main as results_main
 from results.collect import collect
 from results.escapes import escape_step, escape_steps
 from results.markdown import to_markdown
 from results.rules import main as rules_main
-from results.rules import read_rules, root_operator_rule
+from results.rules import read_rules
 from results.summary import load_reference, rules_of_sections, summarize
 from tests.results.records import write_record
 from tests.results.test_collect import section, table_cells
-
-
-def test_root_operator_rule_predicts_the_most_frequent_label_per_first_token():
-    train_first = np.array([11, 11, 11, 12, 12, 13])
-    train_labels = np.array([3, 3, 4, 9, 9, 5])
-    test_first = np.array([11, 12, 12, 14])  # 14 never starts a training tree: the overall majority (3)
-    test_labels = np.array([3, 9, 1, 3])
-    accuracy, best = root_operator_rule(train_first, train_labels, test_first, test_labels)
-    assert best == {11: 3, 12: 9, 13: 5}
-    assert accuracy == pytest.approx(0.75)
 
 
 def test_rules_command_fits_on_generated_listops_and_the_table_shows_the_row(tmp_path, monkeypatch):

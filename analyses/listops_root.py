@@ -1,0 +1,174 @@
+"""Does a ListOps model know more than its tree's root operator? (the ListOps study, README "What the 36% bar asks")
+
+``python -m analyses.listops_root RUN_DIR [RUN_DIR ...] [--splits test val] [--data-dir DIR] [--out-root DIR]
+[--tables DIR | --committed]``
+
+Every ListOps run that left the plateau so far tests near the root-operator rule (``results.rules``). Accuracy
+alone cannot say whether such a model is the rule or knows more and loses it elsewhere, so this loads each
+finished run's best checkpoint (checkpoints are not committed: run it where the run trained), predicts every tree
+of each split and compares the predictions with predictors that see the root operator alone
+(``data_prep.listops_roots``). Columns, in % of a split's trees:
+
+- ``acc``: the model's accuracy (``recorded_acc``: the run record's, the same number when data and code agree);
+  ``rule``: the root-operator rule, fitted on train; ``ceiling``: the most frequent label per root fitted on the
+  split itself, the most any predictor of the root alone can score there;
+- ``agree_rule``: trees on which the model gives the rule's label; ``root_only``: trees on which it gives its own
+  most frequent label for that tree's root (100: on that split the model is a function of the root alone);
+- ``mode_acc``: the accuracy of that function (the model's per-root mode); ``beyond_root = acc - mode_acc``, what
+  the model's departures from its own root-level answer earn: > 0 when they know something beyond the root;
+- ``acc_rule_wrong``: accuracy on the ``n_rule_wrong`` trees the rule gets wrong (a root-only model's is near 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from data_prep.listops_roots import first_tokens, label_per_root, predict_by_root
+from lra.atomic import read_regular
+from lra.build import build_data
+from lra.errors import UserError
+from lra.outputs import TABLES
+from lra.record import RECORD_NAME
+
+from ._microscope_models import load_model
+from .plotting import pyplot, save
+from .record import ANALYSIS_ROOT, tabulate, write_analysis_record
+
+NAME = "listops_root"
+KEYS = ["attention", "tag", "seed", "split"]
+
+
+def best_checkpoint(run_dir: Path) -> tuple[Path, dict[str, Any]]:
+    """The completed ListOps run's best checkpoint (where the record says, or in its folder's ``checkpoints/``)
+    and its record; a ``UserError`` naming the folder otherwise."""
+    record = json.loads(read_regular(run_dir / RECORD_NAME))
+    if record.get("task") != "listops" or record.get("status") != "completed":
+        raise UserError(f"{run_dir}: a {record.get('status')} {record.get('task')} run; this analysis reads "
+                        "completed ListOps runs")
+    best = record.get("best_checkpoint")
+    for candidate in ([Path(best), run_dir / "checkpoints" / Path(best).name] if best else []):
+        if candidate.is_file():
+            return candidate, record
+    raise UserError(f"{run_dir}: its best checkpoint ({best}) is not there; checkpoints are not committed, so run "
+                    "this on the machine that trained the run")
+
+
+@torch.no_grad()
+def predict(model, datamodule, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """The model's predicted class and the label of every example of ``split``, in file order."""
+    loader = datamodule.val_dataloader() if split == "val" else datamodule.test_dataloader()
+    order = np.asarray(datamodule.eval_order(split))  # the loader's order: longest first
+    predicted, labels, done = np.empty(len(order), np.int64), np.empty(len(order), np.int64), 0
+    for batch in loader:
+        count = len(batch["labels"])
+        predicted[order[done:done + count]] = model(batch).argmax(-1).numpy()
+        labels[order[done:done + count]] = batch["labels"].numpy()
+        done += count
+    return predicted, labels
+
+
+def root_columns(predicted: np.ndarray, first: np.ndarray, labels: np.ndarray, rule: np.ndarray) -> dict[str, Any]:
+    """The module docstring's columns from predictions, roots, labels and the rule's predictions (% of trees)."""
+    right = predicted == labels
+    ceiling = predict_by_root(label_per_root(first, labels), first, 0) == labels
+    mode = predict_by_root(label_per_root(first, predicted), first, 0)
+    rule_wrong = rule != labels
+    percent = lambda mask: round(100 * float(mask.mean()), 2) if len(mask) else None  # noqa: E731
+    return {"acc": percent(right), "rule": percent(~rule_wrong), "ceiling": percent(ceiling),
+            "agree_rule": percent(predicted == rule), "root_only": percent(predicted == mode),
+            "mode_acc": percent(mode == labels),
+            "beyond_root": round(100 * float(right.mean() - (mode == labels).mean()), 2),
+            "acc_rule_wrong": percent(right[rule_wrong]), "n_rule_wrong": int(rule_wrong.sum())}
+
+
+def measure(run_dir: Path, splits: list[str], data_dir: str | None) -> list[dict[str, Any]]:
+    """One run's rows, one per split: which run, then ``root_columns`` on that split."""
+    checkpoint, record = best_checkpoint(run_dir)
+    model, cfg = load_model(checkpoint)
+    if data_dir is not None:
+        cfg = {**cfg, "data_dir": data_dir}
+    datamodule = build_data(cfg)
+    train = datamodule.data["train"]
+    rule_table, fallback = label_per_root(first_tokens(train), train.labels), int(np.bincount(train.labels).argmax())
+    rows = []
+    for split in splits:
+        predicted, labels = predict(model, datamodule, split)
+        first = first_tokens(datamodule.data[split])
+        recorded = (record.get("metrics") or {}).get(f"{split}_acc")
+        rows.append({"attention": record["attention"], "tag": record["tag"], "seed": record["seed"], "split": split,
+                     "git_sha": str(record.get("git_sha") or "")[:7], "checkpoint": checkpoint.name,
+                     "recorded_acc": None if recorded is None else round(100 * recorded, 2),
+                     **root_columns(predicted, first, labels, predict_by_root(rule_table, first, fallback))})
+    return rows
+
+
+def plot(rows: list[dict[str, Any]], split: str, path: Path) -> Path:
+    """Per run: its accuracy beside its own per-root mode's, the rule and the root-only ceiling as lines."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(rows) + 2), 3.8))
+    x = np.arange(len(rows))
+    bars = ax.bar(x - 0.2, [r["acc"] for r in rows], 0.4, label="model (text: root_only %)")
+    ax.bar_label(bars, [f"{r['root_only']:.2f}" for r in rows], fontsize=7)
+    ax.bar(x + 0.2, [r["mode_acc"] for r in rows], 0.4, label="its per-root mode")
+    for key, style, label in (("rule", "--", "root-operator rule (train)"), ("ceiling", ":", "root-only ceiling")):
+        ax.axhline(rows[0][key], color="black", ls=style, lw=1, label=label)
+    ax.set_xticks(x, [f"{r['attention']} s{r['seed']}\n{r['tag']}" for r in rows], fontsize=7)
+    low = min(min(r["acc"], r["mode_acc"]) for r in rows)
+    ax.set(ylabel=f"{split} accuracy (%)", ylim=(max(0.0, low - 5), rows[0]["ceiling"] + 3),
+           title="ListOps: the model beside the root operator alone")
+    ax.legend(fontsize=7, loc="lower right")
+    return save(fig, path)
+
+
+def notes() -> list[str]:
+    return ["Every column in % of the split's trees. rule: the most frequent training label per root "
+            "operator; ceiling: the same fitted on this split (no root-only predictor scores more); agree_rule: "
+            "predictions equal to the rule's; root_only: predictions equal to the model's own most frequent "
+            "prediction for the tree's root; mode_acc: that per-root mode's accuracy; beyond_root = acc - mode_acc "
+            "(> 0: the model's departures from its root-level answer are informed); acc_rule_wrong: accuracy on the "
+            "n_rule_wrong trees the rule gets wrong. recorded_acc: the run record's accuracy on the split. The "
+            "figure shows the first split given."]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m analyses.listops_root", description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="finished ListOps run folders (with their checkpoints)")
+    parser.add_argument("--splits", nargs="+", choices=("test", "val"), default=["test"])
+    parser.add_argument("--data-dir", help="as run.py's data_dir (default: the one the run's config names)")
+    parser.add_argument("--out-root", default=str(ANALYSIS_ROOT), help="the record goes to OUT_ROOT/listops_root/")
+    TABLES.add_to(parser)
+    args = parser.parse_args(argv)
+    args.tables = TABLES.choose(parser, args)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.time()
+    rows = []
+    for run_dir in args.runs:
+        try:
+            rows += measure(run_dir, args.splits, args.data_dir)
+        except (UserError, OSError, ValueError) as err:
+            raise SystemExit(f"error: {err}") from None
+        for row in rows[-len(args.splits):]:
+            print(", ".join(f"{key} {value}" for key, value in row.items()), flush=True)
+    path = write_analysis_record(NAME, rows, keys=KEYS, config={"splits": args.splits, "runs": [str(r) for r in
+                                 args.runs]}, started=started, out_root=args.out_root, notes=notes())
+    tables = tabulate(NAME, path, args.tables)
+    split = args.splits[0]
+    png = plot([row for row in rows if row["split"] == split], split, Path(args.tables) / f"{NAME}.png")
+    print(Path(tables[1]).read_text(encoding="utf-8"))
+    print(f"wrote {path}, {', '.join(map(str, tables))}, {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
