@@ -9,20 +9,26 @@ finished run's best checkpoint (checkpoints are not committed: run it where the 
 of each split and compares the predictions with predictors that see the root operator alone
 (``data_prep.listops_roots``). Columns, in % of a split's trees:
 
-- ``acc``: the model's accuracy (``recorded_acc``: the run record's, the same number when data and code agree);
-  ``rule``: the root-operator rule, fitted on train; ``ceiling``: the most frequent label per root fitted on the
-  split itself, the most any predictor of the root alone can score there;
-- ``agree_rule``: trees on which the model gives the rule's label; ``root_only``: trees on which it gives its own
-  most frequent label for that tree's root (100: on that split the model is a function of the root alone);
+- ``acc``: the model's accuracy (``recorded_acc``: the run record's; a mismatch is printed as a warning, since
+  data and code that agree give the same number); ``rule``: the root-operator rule, fitted on train;
+  ``ceiling``: the most frequent label per root fitted on the split itself, the most any predictor of the root
+  alone can score there;
+- ``agree_rule``: trees on which the model gives the rule's label; ``own_mode``: trees on which it gives its own
+  most frequent label for that tree's root (100: on that split the model is a function of the root alone, the
+  rule's labels or others);
 - ``mode_acc``: the accuracy of that function (the model's per-root mode); ``beyond_root = acc - mode_acc``, what
-  the model's departures from its own root-level answer earn: > 0 when they know something beyond the root;
-- ``acc_rule_wrong``: accuracy on the ``n_rule_wrong`` trees the rule gets wrong (a root-only model's is near 0).
+  the model's departures from its own root-level answer earn. > 0 shows knowledge beyond the root; <= 0 shows
+  only that the departures do not pay on balance (some may still be informed);
+- ``acc_rule_wrong``: accuracy on the ``n_rule_wrong`` trees the rule gets wrong (0 for the rule itself; a
+  root-only model with other labels than the rule's scores there too).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import pickle
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from data_prep.listops_roots import first_tokens, label_per_root, predict_by_root
+from data_prep.listops_roots import first_tokens, fit_root_rule, label_per_root, predict_by_root
 from lra.atomic import read_regular
 from lra.build import build_data
 from lra.errors import UserError
@@ -48,30 +54,57 @@ KEYS = ["attention", "tag", "seed", "split"]
 def best_checkpoint(run_dir: Path) -> tuple[Path, dict[str, Any]]:
     """The completed ListOps run's best checkpoint (where the record says, or in its folder's ``checkpoints/``)
     and its record; a ``UserError`` naming the folder otherwise."""
+    if not (run_dir / RECORD_NAME).is_file():
+        raise UserError(f"{run_dir}: no {RECORD_NAME}; give run folders, as outputs/listops/<attention>/seed<N>/<tag>")
     record = json.loads(read_regular(run_dir / RECORD_NAME))
-    if record.get("task") != "listops" or record.get("status") != "completed":
-        raise UserError(f"{run_dir}: a {record.get('status')} {record.get('task')} run; this analysis reads "
-                        "completed ListOps runs")
+    if not isinstance(record, dict) or record.get("task") != "listops" or record.get("status") != "completed":
+        what = f"a {record.get('status')} {record.get('task')} run" if isinstance(record, dict) else "not a record"
+        raise UserError(f"{run_dir / RECORD_NAME}: {what}; this analysis reads completed ListOps runs")
     best = record.get("best_checkpoint")
-    for candidate in ([Path(best), run_dir / "checkpoints" / Path(best).name] if best else []):
+    if not best:
+        raise UserError(f"{run_dir / RECORD_NAME} names no best checkpoint (a run without validation?)")
+    for candidate in (Path(best), run_dir / "checkpoints" / Path(best).name):
         if candidate.is_file():
             return candidate, record
     raise UserError(f"{run_dir}: its best checkpoint ({best}) is not there; checkpoints are not committed, so run "
                     "this on the machine that trained the run")
 
 
+def moved_data(cfg: dict[str, Any], data_dir: str) -> dict[str, Any]:
+    """``cfg`` reading its data from under ``data_dir`` instead of its own ``data_dir`` (the saved config is
+    resolved: ``task.data.root`` moves, keeping any folder below the old ``data_dir``)."""
+    root, old = Path(cfg["task"]["data"]["root"]), Path(cfg["data_dir"])
+    try:
+        below = root.relative_to(old)
+    except ValueError:
+        raise UserError(f"the run's data root {root} is not under its data_dir {old}: --data-dir cannot move it; "
+                        "run without --data-dir") from None
+    task = {**cfg["task"], "data": {**cfg["task"]["data"], "root": str(Path(data_dir) / below)}}
+    return {**cfg, "data_dir": data_dir, "task": task}
+
+
 @torch.no_grad()
-def predict(model, datamodule, split: str) -> tuple[np.ndarray, np.ndarray]:
-    """The model's predicted class and the label of every example of ``split``, in file order."""
+def predict(model, datamodule, split: str) -> np.ndarray:
+    """The model's predicted class for every example of ``split``, in file order (the loader's batches come
+    longest first; their labels are checked against the file's)."""
     loader = datamodule.val_dataloader() if split == "val" else datamodule.test_dataloader()
-    order = np.asarray(datamodule.eval_order(split))  # the loader's order: longest first
-    predicted, labels, done = np.empty(len(order), np.int64), np.empty(len(order), np.int64), 0
+    order = np.asarray(datamodule.eval_order(split))
+    labels = datamodule.data[split].labels
+    predicted, done = np.full(len(order), -1, np.int64), 0
     for batch in loader:
-        count = len(batch["labels"])
-        predicted[order[done:done + count]] = model(batch).argmax(-1).numpy()
-        labels[order[done:done + count]] = batch["labels"].numpy()
-        done += count
-    return predicted, labels
+        rows = order[done:done + len(batch["labels"])]
+        if not np.array_equal(batch["labels"].numpy(), labels[rows]):
+            raise RuntimeError(f"{split}: the loader's batch {done // len(rows)} is not in eval_order")
+        predicted[rows] = model(batch).argmax(-1).numpy()
+        done += len(rows)
+    if done != len(order):
+        raise RuntimeError(f"{split}: the loader gave {done} of {len(order)} examples")
+    return predicted
+
+
+def percent(mask: np.ndarray) -> float | None:
+    """Share of True in % (2 decimals); None for an empty mask."""
+    return round(100 * float(mask.mean()), 2) if len(mask) else None
 
 
 def root_columns(predicted: np.ndarray, first: np.ndarray, labels: np.ndarray, rule: np.ndarray) -> dict[str, Any]:
@@ -80,48 +113,54 @@ def root_columns(predicted: np.ndarray, first: np.ndarray, labels: np.ndarray, r
     ceiling = predict_by_root(label_per_root(first, labels), first, 0) == labels
     mode = predict_by_root(label_per_root(first, predicted), first, 0)
     rule_wrong = rule != labels
-    percent = lambda mask: round(100 * float(mask.mean()), 2) if len(mask) else None  # noqa: E731
+    beyond = None if not len(right) else round(100 * float(right.mean() - (mode == labels).mean()), 2)
     return {"acc": percent(right), "rule": percent(~rule_wrong), "ceiling": percent(ceiling),
-            "agree_rule": percent(predicted == rule), "root_only": percent(predicted == mode),
-            "mode_acc": percent(mode == labels),
-            "beyond_root": round(100 * float(right.mean() - (mode == labels).mean()), 2),
+            "agree_rule": percent(predicted == rule), "own_mode": percent(predicted == mode),
+            "mode_acc": percent(mode == labels), "beyond_root": beyond,
             "acc_rule_wrong": percent(right[rule_wrong]), "n_rule_wrong": int(rule_wrong.sum())}
 
 
 def measure(run_dir: Path, splits: list[str], data_dir: str | None) -> list[dict[str, Any]]:
     """One run's rows, one per split: which run, then ``root_columns`` on that split."""
     checkpoint, record = best_checkpoint(run_dir)
-    model, cfg = load_model(checkpoint)
-    if data_dir is not None:
-        cfg = {**cfg, "data_dir": data_dir}
-    datamodule = build_data(cfg)
+    try:
+        model, cfg = load_model(checkpoint)
+    except (KeyError, RuntimeError, pickle.UnpicklingError) as err:
+        raise UserError(f"{checkpoint}: not a checkpoint of this suite's ListOps model ({err})") from None
+    datamodule = build_data(cfg if data_dir is None else moved_data(cfg, data_dir))
     train = datamodule.data["train"]
-    rule_table, fallback = label_per_root(first_tokens(train), train.labels), int(np.bincount(train.labels).argmax())
+    table, fallback = fit_root_rule(first_tokens(train), train.labels)
     rows = []
     for split in splits:
-        predicted, labels = predict(model, datamodule, split)
-        first = first_tokens(datamodule.data[split])
+        data = datamodule.data[split]
+        predicted, first = predict(model, datamodule, split), first_tokens(data)
         recorded = (record.get("metrics") or {}).get(f"{split}_acc")
-        rows.append({"attention": record["attention"], "tag": record["tag"], "seed": record["seed"], "split": split,
-                     "git_sha": str(record.get("git_sha") or "")[:7], "checkpoint": checkpoint.name,
-                     "recorded_acc": None if recorded is None else round(100 * recorded, 2),
-                     **root_columns(predicted, first, labels, predict_by_root(rule_table, first, fallback))})
+        row = {"attention": record.get("attention"), "tag": record.get("tag"), "seed": record.get("seed"),
+               "split": split, "git_sha": str(record.get("git_sha") or "")[:7], "checkpoint": checkpoint.name,
+               "recorded_acc": None if recorded is None else round(100 * recorded, 2),
+               **root_columns(predicted, first, data.labels, predict_by_root(table, first, fallback))}
+        if row["recorded_acc"] is not None and abs(row["acc"] - row["recorded_acc"]) > 0.01:
+            print(f"warning: {run_dir} {split}: accuracy {row['acc']} here, {row['recorded_acc']} in its record: "
+                  "other data or code than the run's", file=sys.stderr)
+        rows.append(row)
     return rows
 
 
 def plot(rows: list[dict[str, Any]], split: str, path: Path) -> Path:
-    """Per run: its accuracy beside its own per-root mode's, the rule and the root-only ceiling as lines."""
+    """Per run: its accuracy beside its own per-root mode's, and the rule and the root-only ceiling on its data
+    (a segment across the run's pair of bars)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(rows) + 2), 3.8))
     x = np.arange(len(rows))
-    bars = ax.bar(x - 0.2, [r["acc"] for r in rows], 0.4, label="model (text: root_only %)")
-    ax.bar_label(bars, [f"{r['root_only']:.2f}" for r in rows], fontsize=7)
+    bars = ax.bar(x - 0.2, [r["acc"] for r in rows], 0.4, label="model (text: own_mode %)")
+    ax.bar_label(bars, [f"{r['own_mode']:.2f}" for r in rows], fontsize=7)
     ax.bar(x + 0.2, [r["mode_acc"] for r in rows], 0.4, label="its per-root mode")
     for key, style, label in (("rule", "--", "root-operator rule (train)"), ("ceiling", ":", "root-only ceiling")):
-        ax.axhline(rows[0][key], color="black", ls=style, lw=1, label=label)
+        ax.hlines([r[key] for r in rows], x - 0.45, x + 0.45, color="black", ls=style, lw=1, label=label)
     ax.set_xticks(x, [f"{r['attention']} s{r['seed']}\n{r['tag']}" for r in rows], fontsize=7)
-    low = min(min(r["acc"], r["mode_acc"]) for r in rows)
-    ax.set(ylabel=f"{split} accuracy (%)", ylim=(max(0.0, low - 5), rows[0]["ceiling"] + 3),
+    low = min(min(r["acc"], r["mode_acc"], r["rule"]) for r in rows)
+    high = max(max(r["acc"], r["ceiling"]) for r in rows)
+    ax.set(ylabel=f"{split} accuracy (%)", ylim=(max(0.0, low - 5), high + 3),
            title="ListOps: the model beside the root operator alone")
     ax.legend(fontsize=7, loc="lower right")
     return save(fig, path)
@@ -130,9 +169,10 @@ def plot(rows: list[dict[str, Any]], split: str, path: Path) -> Path:
 def notes() -> list[str]:
     return ["Every column in % of the split's trees. rule: the most frequent training label per root "
             "operator; ceiling: the same fitted on this split (no root-only predictor scores more); agree_rule: "
-            "predictions equal to the rule's; root_only: predictions equal to the model's own most frequent "
-            "prediction for the tree's root; mode_acc: that per-root mode's accuracy; beyond_root = acc - mode_acc "
-            "(> 0: the model's departures from its root-level answer are informed); acc_rule_wrong: accuracy on the "
+            "predictions equal to the rule's; own_mode: predictions equal to the model's own most frequent "
+            "prediction for the tree's root (100: a function of the root alone); mode_acc: that per-root mode's "
+            "accuracy; beyond_root = acc - mode_acc (> 0: the model's departures from its root-level answer know "
+            "something beyond the root; <= 0: they do not pay on balance); acc_rule_wrong: accuracy on the "
             "n_rule_wrong trees the rule gets wrong. recorded_acc: the run record's accuracy on the split. The "
             "figure shows the first split given."]
 

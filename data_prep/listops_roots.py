@@ -27,12 +27,18 @@ def predict_by_root(table: dict[int, int], first: np.ndarray, fallback: int) -> 
     return np.array([table.get(int(token), fallback) for token in first], dtype=np.int64)
 
 
+def fit_root_rule(first: np.ndarray, labels: np.ndarray) -> tuple[dict[int, int], int]:
+    """The root-operator rule fitted on (`first`, `labels`): its label per first token, and the overall most
+    frequent label for a first token it has not seen."""
+    return label_per_root(first, labels), int(np.bincount(np.asarray(labels, dtype=np.int64)).argmax())
+
+
 def root_operator_rule(train_first: np.ndarray, train_labels: np.ndarray, test_first: np.ndarray,
                        test_labels: np.ndarray) -> tuple[float, dict[int, int]]:
     """Test accuracy of the most frequent training label per first token, and that label per first token.
 
     A first token never seen in training gets the overall most frequent training label.
     """
-    table = label_per_root(train_first, train_labels)
-    predicted = predict_by_root(table, test_first, int(np.bincount(train_labels).argmax()))
+    table, fallback = fit_root_rule(train_first, train_labels)
+    predicted = predict_by_root(table, test_first, fallback)
     return float((predicted == np.asarray(test_labels)).mean()), table

@@ -1,15 +1,19 @@
 """analyses.listops_root: the columns read known predictions right, and on a trained tiny run its accuracy is the
-one the run recorded (predictions, labels and roots line up); a run without its checkpoint is one clear error."""
+recorded one and its rule and ceiling are the ones fitted on the files (predictions, labels and roots line up);
+``--data-dir`` moves the data; a run without its checkpoint is one clear error."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from analyses import listops_root
+from data_prep.compact import load_split
+from data_prep.listops_roots import first_tokens, root_operator_rule
 from lra import train
 from tests.lra.conftest import TINY, compose_config
 
@@ -20,38 +24,54 @@ RULE = np.array([9, 9, 9, 9, 0, 0, 0, 0])  # the rule fitted elsewhere: right on
 
 def test_a_model_that_is_the_rule_knows_nothing_beyond_the_root():
     row = listops_root.root_columns(RULE.copy(), FIRST, LABELS, RULE)
-    assert (row["acc"], row["rule"], row["agree_rule"], row["root_only"]) == (75.0, 75.0, 100.0, 100.0)
+    assert (row["acc"], row["rule"], row["agree_rule"], row["own_mode"]) == (75.0, 75.0, 100.0, 100.0)
     assert row["mode_acc"] == 75.0 and row["beyond_root"] == 0.0
     assert row["acc_rule_wrong"] == 0.0 and row["n_rule_wrong"] == 2
     assert row["ceiling"] == 75.0  # the rule fitted on these trees is this rule
 
 
+def test_a_root_function_with_other_labels_than_the_rule_is_still_a_root_function():
+    other = np.array([4, 4, 4, 4, 0, 0, 0, 0])
+    row = listops_root.root_columns(other, FIRST, LABELS, RULE)
+    assert (row["acc"], row["own_mode"], row["agree_rule"], row["beyond_root"]) == (50.0, 100.0, 50.0, 0.0)
+    assert row["acc_rule_wrong"] == 50.0  # tree 3: its label 4 is this function's, not the rule's
+
+
 def test_informed_departures_from_the_root_level_answer_count_as_beyond_the_root():
     perfect = listops_root.root_columns(LABELS.copy(), FIRST, LABELS, RULE)
-    assert perfect["acc"] == 100.0 and perfect["root_only"] == 75.0 and perfect["beyond_root"] == 25.0
+    assert perfect["acc"] == 100.0 and perfect["own_mode"] == 75.0 and perfect["beyond_root"] == 25.0
     assert perfect["acc_rule_wrong"] == 100.0
-    noisy = LABELS.copy()
-    noisy[[0, 4]] = [5, 7]  # two departures from the per-root mode, both wrong
-    row = listops_root.root_columns(noisy, FIRST, LABELS, RULE)
-    assert row["root_only"] == 50.0 and row["beyond_root"] < perfect["beyond_root"]
+    mixed = LABELS.copy()
+    mixed[[0, 4]] = [5, 7]  # two more departures from the per-root mode, both wrong: they cancel the right two
+    row = listops_root.root_columns(mixed, FIRST, LABELS, RULE)
+    assert row["own_mode"] == 50.0 and row["beyond_root"] == 0.0
 
 
-def test_on_a_trained_run_the_accuracy_is_the_recorded_one(tmp_path):
+def test_on_a_trained_run_the_numbers_are_the_recorded_and_the_files_ones(tmp_path):
     cfg = compose_config(["attention=linear", "experiment=quick", f"data_dir={tmp_path / 'data'}", *TINY,
                           "task.max_steps=6", "task.eval_every=3", "trainer.enable_progress_bar=false"])
     run_dir = tmp_path / "run"
     record = train.run(cfg, run_dir)
     assert record["status"] == "completed"
+    shutil.move(tmp_path / "data", tmp_path / "moved")  # --data-dir reads it there, under the same subfolder
     tables = tmp_path / "tables"
-    assert listops_root.main([str(run_dir), "--splits", "test", "val", "--out-root", str(tmp_path / "analyses"),
-                              "--tables", str(tables)]) == 0
+    assert listops_root.main([str(run_dir), "--splits", "test", "val", "--data-dir", str(tmp_path / "moved"),
+                              "--out-root", str(tmp_path / "analyses"), "--tables", str(tables)]) == 0
+    assert not (tmp_path / "data").exists()  # not generated again where the run had it
     rows = json.loads((tmp_path / "analyses/listops_root/result.json").read_text())["rows"]
     assert [r["split"] for r in rows] == ["test", "val"]
-    row = rows[0]
-    assert row["acc"] == pytest.approx(100 * record["metrics"]["test_acc"], abs=0.01)
-    assert row["acc"] == row["recorded_acc"] and 0 <= row["root_only"] <= 100
+    assert rows[0]["acc"] == pytest.approx(100 * record["metrics"]["test_acc"], abs=0.01) == rows[0]["recorded_acc"]
     assert rows[1]["acc"] == rows[1]["recorded_acc"]  # the best checkpoint's validation accuracy
+    task_dir = tmp_path / "moved" / Path(cfg["task"]["data"]["root"]).relative_to(tmp_path / "data") / "listops"
+    splits = {name: load_split(task_dir, name, rebuild_cmd="-") for name in ("train", "test")}
+    (train_first, train_labels), (test_first, test_labels) = ((first_tokens(s), s.labels) for s in splits.values())
+    assert rows[0]["rule"] == pytest.approx(100 * root_operator_rule(train_first, train_labels, test_first,
+                                                                     test_labels)[0], abs=0.01)
+    assert rows[0]["ceiling"] == pytest.approx(100 * root_operator_rule(test_first, test_labels, test_first,
+                                                                        test_labels)[0], abs=0.01)
     assert (tables / "listops_root.md").is_file() and (tables / "listops_root.png").is_file()
     shutil.rmtree(run_dir / "checkpoints")
     with pytest.raises(SystemExit, match="checkpoint .* is not there"):
         listops_root.main([str(run_dir), "--out-root", str(tmp_path / "analyses"), "--tables", str(tables)])
+    with pytest.raises(SystemExit, match="no result.json; give run folders"):
+        listops_root.main([str(tmp_path), "--out-root", str(tmp_path / "analyses"), "--tables", str(tables)])
