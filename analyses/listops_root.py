@@ -1,6 +1,6 @@
 """Does a ListOps model know more than its tree's root operator? (the ListOps study, README "What the 36% bar asks")
 
-``python -m analyses.listops_root RUN_DIR [RUN_DIR ...] [--splits test val] [--data-dir DIR] [--out-root DIR]
+``python -m analyses.listops_root RUN_DIR [RUN_DIR ...] [--split test] [--split val] [--data-dir DIR] [--out-root DIR]
 [--tables DIR | --committed]``
 
 Every ListOps run that left the plateau so far tests near the root-operator rule (``results.rules``). Accuracy
@@ -180,11 +180,13 @@ def notes() -> list[str]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m analyses.listops_root", description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="finished ListOps run folders (with their checkpoints)")
-    parser.add_argument("--splits", nargs="+", choices=("test", "val"), default=["test"])
+    parser.add_argument("--split", dest="splits", action="append", choices=("test", "val"),
+                        help="test (the default) or val; repeat for both")
     parser.add_argument("--data-dir", help="as run.py's data_dir (default: the one the run's config names)")
     parser.add_argument("--out-root", default=str(ANALYSIS_ROOT), help="the record goes to OUT_ROOT/listops_root/")
     TABLES.add_to(parser)
     args = parser.parse_args(argv)
+    args.splits = list(dict.fromkeys(args.splits or ["test"]))
     args.tables = TABLES.choose(parser, args)
     return args
 

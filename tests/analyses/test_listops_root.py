@@ -55,8 +55,9 @@ def test_on_a_trained_run_the_numbers_are_the_recorded_and_the_files_ones(tmp_pa
     assert record["status"] == "completed"
     shutil.move(tmp_path / "data", tmp_path / "moved")  # --data-dir reads it there, under the same subfolder
     tables = tmp_path / "tables"
-    assert listops_root.main([str(run_dir), "--splits", "test", "val", "--data-dir", str(tmp_path / "moved"),
-                              "--out-root", str(tmp_path / "analyses"), "--tables", str(tables)]) == 0
+    assert listops_root.main(["--split", "test", "--split", "val", str(run_dir), "--data-dir",
+                              str(tmp_path / "moved"), "--out-root", str(tmp_path / "analyses"), "--tables",
+                              str(tables)]) == 0
     assert not (tmp_path / "data").exists()  # not generated again where the run had it
     rows = json.loads((tmp_path / "analyses/listops_root/result.json").read_text())["rows"]
     assert [r["split"] for r in rows] == ["test", "val"]
