@@ -19,6 +19,10 @@ of each split and compares the predictions with predictors that see the root ope
 - ``mode_acc``: the accuracy of that function (the model's per-root mode); ``beyond_root = acc - mode_acc``, what
   the model's departures from its own root-level answer earn. > 0 shows knowledge beyond the root; <= 0 shows
   only that the departures do not pay on balance (some may still be informed);
+- ``gains`` / ``losses``: trees the model gets right where its per-root mode is wrong / wrong where the mode is
+  right (``beyond_root`` is their difference over the split), and ``sign_p``, the two-sided sign test of
+  gains against losses (the chance of a split at least this uneven if a departure were as likely to lose as to
+  gain);
 - ``acc_rule_wrong``: accuracy on the ``n_rule_wrong`` trees the rule gets wrong (0 for the rule itself; a
   root-only model with other labels than the rule's scores there too).
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import pickle
 import sys
 import time
@@ -107,6 +112,12 @@ def percent(mask: np.ndarray) -> float | None:
     return round(100 * float(mask.mean()), 2) if len(mask) else None
 
 
+def sign_test(gains: int, losses: int) -> float:
+    """Two-sided exact sign test: P(a Binomial(gains + losses, 1/2) count is at least as far from half)."""
+    n, low = gains + losses, min(gains, losses)
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(low + 1)) / 2**n)
+
+
 def root_columns(predicted: np.ndarray, first: np.ndarray, labels: np.ndarray, rule: np.ndarray) -> dict[str, Any]:
     """The module docstring's columns from predictions, roots, labels and the rule's predictions (% of trees)."""
     right = predicted == labels
@@ -114,9 +125,11 @@ def root_columns(predicted: np.ndarray, first: np.ndarray, labels: np.ndarray, r
     mode = predict_by_root(label_per_root(first, predicted), first, 0)
     rule_wrong = rule != labels
     beyond = None if not len(right) else round(100 * float(right.mean() - (mode == labels).mean()), 2)
+    gains, losses = int((right & (mode != labels)).sum()), int((~right & (mode == labels)).sum())
     return {"acc": percent(right), "rule": percent(~rule_wrong), "ceiling": percent(ceiling),
             "agree_rule": percent(predicted == rule), "own_mode": percent(predicted == mode),
-            "mode_acc": percent(mode == labels), "beyond_root": beyond,
+            "mode_acc": percent(mode == labels), "beyond_root": beyond, "gains": gains, "losses": losses,
+            "sign_p": round(sign_test(gains, losses), 4),
             "acc_rule_wrong": percent(right[rule_wrong]), "n_rule_wrong": int(rule_wrong.sum())}
 
 
@@ -172,8 +185,9 @@ def notes() -> list[str]:
             "predictions equal to the rule's; own_mode: predictions equal to the model's own most frequent "
             "prediction for the tree's root (100: a function of the root alone); mode_acc: that per-root mode's "
             "accuracy; beyond_root = acc - mode_acc (> 0: the model's departures from its root-level answer know "
-            "something beyond the root; <= 0: they do not pay on balance); acc_rule_wrong: accuracy on the "
-            "n_rule_wrong trees the rule gets wrong. recorded_acc: the run record's accuracy on the split. The "
+            "something beyond the root; <= 0: they do not pay on balance); gains / losses: trees right where the "
+            "mode is wrong / wrong where it is right, sign_p their two-sided sign test; acc_rule_wrong: accuracy on "
+            "the n_rule_wrong trees the rule gets wrong. recorded_acc: the run record's accuracy on the split. The "
             "figure shows the first split given."]
 
 

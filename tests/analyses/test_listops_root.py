@@ -45,6 +45,15 @@ def test_informed_departures_from_the_root_level_answer_count_as_beyond_the_root
     mixed[[0, 4]] = [5, 7]  # two more departures from the per-root mode, both wrong: they cancel the right two
     row = listops_root.root_columns(mixed, FIRST, LABELS, RULE)
     assert row["own_mode"] == 50.0 and row["beyond_root"] == 0.0
+    assert (row["gains"], row["losses"], row["sign_p"]) == (2, 2, 1.0)
+    assert (perfect["gains"], perfect["losses"]) == (2, 0)
+
+
+def test_the_sign_test_is_the_binomial_tail():
+    assert listops_root.sign_test(0, 0) == 1.0
+    assert listops_root.sign_test(5, 0) == pytest.approx(2 / 32)  # all five of five one way, either way
+    assert listops_root.sign_test(1, 9) == pytest.approx(2 * 11 / 1024) == listops_root.sign_test(9, 1)
+    assert listops_root.sign_test(60, 39) < 0.05 < listops_root.sign_test(55, 45)
 
 
 def test_on_a_trained_run_the_numbers_are_the_recorded_and_the_files_ones(tmp_path):
