@@ -47,8 +47,8 @@ def reusable_record(cfg: dict[str, Any], run_dir: Path) -> RunRecord | None:
     if cfg.get("rerun"):
         return None
     held = refuse_other_run(cfg, run_dir)
-    if held is not None:
-        return held.record if held.completed else None
+    if held is not None:  # run_dir: where it is now (a record written in another clone names a folder there)
+        return {**held.record, "run_dir": str(run_dir)} if held.completed else None
     return archived_record(cfg, run_dir)
 
 

@@ -39,9 +39,10 @@ def test_the_same_setting_finds_its_runs_again(tmp_path):
 def test_a_completed_run_is_reused_only_under_its_own_config(tmp_path):
     cfg, run_dir = next(iter(planned(tmp_path).values()))
     run_dir.mkdir(parents=True)
-    record = {"task": "ar", "attention": "llops", "seed": 0, "status": "completed", "config": cfg}
+    record = {"task": "ar", "attention": "llops", "seed": 0, "status": "completed", "config": cfg,
+              "run_dir": "outputs/analyses/elsewhere"}  # trained in another clone, copied here
     (run_dir / "result.json").write_text(json.dumps(record))
-    assert _runs.train_or_reuse(cfg, run_dir) == record
+    assert _runs.train_or_reuse(cfg, run_dir) == {**record, "run_dir": str(run_dir)}  # its curve is read here
     with pytest.raises(UserError, match="holds a completed run of other settings .* seed: 0 -> 1"):
         _runs.train_or_reuse({**cfg, "seed": 1}, run_dir)
 
