@@ -121,12 +121,15 @@ def summarise(rows: list[dict[str, Any]], records: dict[str, dict[float, list[di
 
 
 def plot(table: list[dict[str, Any]], path: Path) -> Path:
-    """Accuracy (mean, std over seeds) per LLoPS degree and m (left) and BASED vs LLoPS per width (right)."""
+    """Accuracy (mean, std over seeds) per LLoPS degree and m, and BASED vs LLoPS per width: a panel each, for
+    the kinds of row that have completed runs."""
     plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for ax, part, title in ((left, [r for r in table if r["setting"] == "degree"], "LLoPS degree"),
-                            (right, [r for r in table if r["setting"] != "degree"], "BASED (r=16) vs LLoPS (p=4)")):
-        part = [r for r in part if r["accuracy"] is not None]
+    panels = [(part, title) for part, title in (
+        ([r for r in table if r["setting"] == "degree" and r["accuracy"] is not None], "LLoPS degree"),
+        ([r for r in table if r["setting"] != "degree" and r["accuracy"] is not None], "BASED (r=16) vs LLoPS (p=4)"))
+        if part] or [([], "no completed runs")]  # only the panels of rows that were run
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
+    for ax, (part, title) in zip(axes[0], panels):
         labels = [f"{r['method']} d={r['d']}" + (f"\np={r['p']} m={r['m']}" if r["m"] else "") for r in part]
         colors = ["tab:orange" if r["method"] == "based" else "tab:blue" for r in part]
         ax.bar(labels, [r["accuracy"] for r in part], yerr=[r["std"] or 0 for r in part], color=colors, capsize=3)
