@@ -54,25 +54,54 @@ def eps_of(eps: float | Tensor, sl: slice) -> float | Tensor:
     return chunk_of(eps, sl) if isinstance(eps, Tensor) else eps
 
 
+def active_groups(chunks: list[slice], lengths: list[int] | None, batch: int) -> list[tuple[int, list[slice]]]:
+    """Consecutive chunks grouped by how many sequences reach into them: ``(a, chunks)`` where the first ``a``
+    sequences (``lengths`` sorted longest first) have a token in each chunk; without ``lengths``, all of them."""
+    if lengths is None:
+        return [(batch, chunks)]
+    groups: list[tuple[int, list[slice]]] = []
+    for sl in chunks:
+        a = sum(length > sl.start for length in lengths)
+        if a == 0:
+            break
+        if groups and groups[-1][0] == a:
+            groups[-1][1].append(sl)
+        else:
+            groups.append((a, [sl]))
+    return groups
+
+
+def add_grad(total: Tensor | None, part: Tensor | None) -> Tensor | None:
+    """A parameter's gradient summed over the maps of the groups."""
+    return part if total is None else total + part
+
+
 class _ChunkedAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v1: Tensor, param_q: Tensor | None, param_k: Tensor | None,
-                eps: float | Tensor, make_map: MakeMap, chunk_bytes: int) -> Tensor:
+                eps: float | Tensor, make_map: MakeMap, chunk_bytes: int, lengths: list[int] | None) -> Tensor:
         b, h, n, _ = q.shape
         rows, width = b * h, v1.shape[-1]
         map_q, map_k = make_map(param_q, q, False), make_map(param_k, k, False)
         chunks = token_chunks(n, rows, max(map_q.width(), map_k.width()), q.element_size(), chunk_bytes)
+        groups = active_groups(chunks, lengths, b)
         state = q.new_zeros(rows, map_k.features, width)  # (B H, m, D + 1)
-        for sl in chunks:
-            state.baddbmm_(map_k.forward(chunk_of(k, sl)).transpose(1, 2), chunk_of(v1, sl))
-        out, den = q.new_empty(b, h, n, width - 1), q.new_empty(b, h, n, 1)
-        for sl in chunks:
-            num_den = torch.bmm(map_q.forward(chunk_of(q, sl)), state)  # (B H, C, D + 1)
-            den_c = num_den[..., -1:].add_(eps_of(eps, sl))
-            put_chunk(den, sl, den_c)
-            put_chunk(out, sl, num_den[..., :-1].div_(den_c))
+        for a, group in groups:  # the first a sequences: a h rows
+            map_k = map_k if a == b else make_map(param_k, k[:a], False)
+            for sl in group:
+                state[: a * h].baddbmm_(map_k.forward(chunk_of(k[:a], sl)).transpose(1, 2), chunk_of(v1[:a], sl))
+        skipped = lengths is not None
+        out = q.new_zeros(b, h, n, width - 1) if skipped else q.new_empty(b, h, n, width - 1)
+        den = q.new_ones(b, h, n, 1) if skipped else q.new_empty(b, h, n, 1)
+        for a, group in groups:
+            map_q = map_q if a == b else make_map(param_q, q[:a], False)
+            for sl in group:
+                num_den = torch.bmm(map_q.forward(chunk_of(q[:a], sl)), state[: a * h])  # (a H, C, D + 1)
+                den_c = num_den[..., -1:].add_(eps_of(eps[:a] if isinstance(eps, Tensor) else eps, sl))
+                put_chunk(den[:a], sl, den_c)
+                put_chunk(out[:a], sl, num_den[..., :-1].div_(den_c))
         ctx.save_for_backward(q, k, v1, param_q, param_k, state, out, den)
-        ctx.make_map, ctx.chunk_bytes = make_map, chunk_bytes
+        ctx.make_map, ctx.chunk_bytes, ctx.lengths = make_map, chunk_bytes, lengths
         return out
 
     @staticmethod
@@ -84,33 +113,56 @@ class _ChunkedAttention(torch.autograd.Function):
         need = ctx.needs_input_grad
         map_q, map_k = ctx.make_map(param_q, q, need[3]), ctx.make_map(param_k, k, need[4])
         chunks = token_chunks(n, rows, max(map_q.width(), map_k.width()), q.element_size(), ctx.chunk_bytes)
-        grad_q, grad_k, grad_v1 = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v1)
+        groups = active_groups(chunks, ctx.lengths, b)
+        new = torch.empty_like if ctx.lengths is None else torch.zeros_like  # skipped tokens' gradients are 0
+        grad_q, grad_k, grad_v1 = new(q), new(k), new(v1)
         grad_state = torch.zeros_like(state)  # (B H, m, D + 1)
         grad_nd = q.new_empty(rows, chunks[0].stop, width)  # d loss / d [num, den] of a chunk
         state_t = state.transpose(1, 2).contiguous()  # (B H, D + 1, m): contiguous operands are faster
-        for sl in chunks:
-            g = normalization_backward(chunk_of(grad_out, sl), chunk_of(out, sl), chunk_of(den, sl),
-                                       grad_nd[:, : sl.stop - sl.start])
-            q_c = chunk_of(q, sl)
-            grad_state.baddbmm_(map_q.recompute(q_c).transpose(1, 2), g)
-            put_chunk(grad_q, sl, map_q.backprop(q_c, g @ state_t))
+        grad_param_q = grad_param_k = None
+        for a, group in groups:
+            r = a * h
+            map_a = map_q if a == b else ctx.make_map(param_q, q[:a], need[3])
+            for sl in group:
+                g = normalization_backward(chunk_of(grad_out[:a], sl), chunk_of(out[:a], sl), chunk_of(den[:a], sl),
+                                           grad_nd[:r, : sl.stop - sl.start])
+                q_c = chunk_of(q[:a], sl)
+                grad_state[:r].baddbmm_(map_a.recompute(q_c).transpose(1, 2), g)
+                put_chunk(grad_q[:a], sl, map_a.backprop(q_c, g @ state_t[:r]))
+            if need[3]:
+                grad_param_q = add_grad(grad_param_q, map_a.grad_param())
         grad_state_t = grad_state.transpose(1, 2).contiguous()
-        for sl in chunks:
-            k_c, v1_c = chunk_of(k, sl), chunk_of(v1, sl)
-            phi_k = map_k.recompute(k_c)
-            put_chunk(grad_v1, sl, phi_k @ grad_state)
-            put_chunk(grad_k, sl, map_k.backprop(k_c, v1_c @ grad_state_t))
-        grad_param_q = map_q.grad_param() if need[3] else None
-        grad_param_k = map_k.grad_param() if need[4] else None
-        return grad_q, grad_k, grad_v1, grad_param_q, grad_param_k, None, None, None
+        for a, group in groups:
+            r = a * h
+            map_a = map_k if a == b else ctx.make_map(param_k, k[:a], need[4])
+            for sl in group:
+                k_c, v1_c = chunk_of(k[:a], sl), chunk_of(v1[:a], sl)
+                phi_k = map_a.recompute(k_c)
+                put_chunk(grad_v1[:a], sl, phi_k @ grad_state[:r])
+                put_chunk(grad_k[:a], sl, map_a.backprop(k_c, v1_c @ grad_state_t[:r]))
+            if need[4]:
+                grad_param_k = add_grad(grad_param_k, map_a.grad_param())
+        return grad_q, grad_k, grad_v1, grad_param_q, grad_param_k, None, None, None, None
 
 
 def chunked_kernel_attention(q: Tensor, k: Tensor, v1: Tensor, param_q: Tensor | None, param_k: Tensor | None,
-                             make_map: MakeMap, *, eps: float | Tensor,
-                             chunk_bytes: int = CHUNK_BYTES) -> Tensor:
+                             make_map: MakeMap, *, eps: float | Tensor, chunk_bytes: int = CHUNK_BYTES,
+                             lengths: Tensor | None = None) -> Tensor:
     """Normalised non-causal attention on chunked features; ``v1 = [v, 1]`` with padded keys' rows zero.
 
     ``q, k`` ``(B, H, N, d)``, ``v1`` ``(B, H, N, D + 1)``, ``eps`` a float or per query ``(B, H, N, 1)``;
-    returns ``(B, H, N, D)``. ``make_map`` builds the query and key maps from ``param_q``, ``param_k``.
+    returns ``(B, H, N, D)``. ``make_map`` builds the query and key maps from ``param_q``, ``param_k``
+    (per head: no batch dimension). ``lengths`` ``(B,)`` (``prefix_lengths``): each sequence's real tokens are
+    its first ``lengths[b]``; chunks past a sequence's end are skipped (their outputs and gradients 0), the
+    sequences taken longest first so the ones still running are a prefix of the batch. Real tokens get the
+    same numbers either way: a skipped chunk's keys only ever added zeros.
     """
-    return _ChunkedAttention.apply(q, k, v1, param_q, param_k, eps, make_map, chunk_bytes)
+    if lengths is None:
+        return _ChunkedAttention.apply(q, k, v1, param_q, param_k, eps, make_map, chunk_bytes, None)
+    order = torch.argsort(lengths, descending=True, stable=True)
+    if bool((order == torch.arange(len(order), device=order.device)).all()):
+        return _ChunkedAttention.apply(q, k, v1, param_q, param_k, eps, make_map, chunk_bytes, lengths.tolist())
+    q, k, v1 = (t.index_select(0, order) for t in (q, k, v1))  # (B, H, N, .) longest first, contiguous
+    eps = eps.index_select(0, order) if isinstance(eps, Tensor) else eps
+    out = _ChunkedAttention.apply(q, k, v1, param_q, param_k, eps, make_map, chunk_bytes, lengths[order].tolist())
+    return out.index_select(0, torch.argsort(order))

@@ -99,6 +99,16 @@ def values_and_ones(v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
     return v1.masked_fill_(~key_padding_mask[:, None, :, None], 0)  # in place: cat's backward needs no output
 
 
+def prefix_lengths(key_padding_mask: Tensor | None) -> Tensor | None:
+    """Each sequence's length ``(B,)`` when every row of the ``(B, N)`` mask is its real tokens followed by
+    padding (LRA's batches), else None: what ``chunked_kernel_attention`` needs to skip the padding."""
+    if key_padding_mask is None:
+        return None
+    lengths = key_padding_mask.sum(1)
+    positions = torch.arange(key_padding_mask.shape[1], device=key_padding_mask.device)
+    return lengths if bool((key_padding_mask == (positions < lengths[:, None])).all()) else None
+
+
 def normalization_backward(grad_out: Tensor, out: Tensor, den: Tensor, into: Tensor) -> Tensor:
     """``d loss / d [num, den]`` of ``out = num / den`` written into ``into`` ``(..., D + 1)``."""
     grad_num = torch.div(grad_out, den, out=into[..., :-1])

@@ -7,7 +7,7 @@ import torch
 
 import attention_zoo
 from attention_zoo._chunk_maps import square_map, taylor_map
-from attention_zoo._chunked_attention import chunked_kernel_attention
+from attention_zoo._chunked_attention import active_groups, chunked_kernel_attention
 from attention_zoo._sketch import naive_polynomial_sketch
 from attention_zoo.based import naive_based
 from attention_zoo.kernel import values_and_ones
@@ -23,14 +23,14 @@ def inputs(b: int = B, n: int = N):
     return [t.double() for t in (q, k, v)], mask, {name: p if p is None else p.double() for name, p in params.items()}
 
 
-def fused(name: str, q, k, v, mask, param_q, param_k, chunk_bytes: int):
+def fused(name: str, q, k, v, mask, param_q, param_k, chunk_bytes: int, lengths=None):
     """The fused form: BASED's Taylor map of ``x W``, the symmetric square of a sketch or of the input."""
     v1 = values_and_ones(v, mask)
     if name == "taylor":
         return chunked_kernel_attention(q, k, v1, param_q[:, None, None], param_k[:, None, None], taylor_map,
-                                        eps=1e-12, chunk_bytes=chunk_bytes)
+                                        eps=1e-12, chunk_bytes=chunk_bytes, lengths=lengths)
     return chunked_kernel_attention(q, k, v1, param_q, param_k, square_map, eps=1.0,
-                                    chunk_bytes=chunk_bytes)
+                                    chunk_bytes=chunk_bytes, lengths=lengths)
 
 
 def oracle(name: str, q, k, v, mask, param_q, param_k):
@@ -80,6 +80,39 @@ def test_gradcheck_on_tiny_shapes(name):
         return fused(name, *args[:3], mask, p, p, chunk_bytes=2 * one_token(name, b=1))  # chunks of 2 tokens
 
     assert torch.autograd.gradcheck(fn, leaves)
+
+
+def test_active_groups_follow_the_sequences_still_running():
+    chunks = [slice(s, min(s + 3, 10)) for s in range(0, 10, 3)]  # 0-3, 3-6, 6-9, 9-10
+    assert active_groups(chunks, None, 4) == [(4, chunks)]
+    assert active_groups(chunks, [10, 7, 3, 1], 4) == [(4, chunks[:1]), (2, chunks[1:3]), (1, chunks[3:])]
+    assert active_groups(chunks, [5, 2], 2) == [(2, chunks[:1]), (1, chunks[1:2])]  # nothing past token 5
+
+
+@pytest.mark.parametrize("name", ["taylor", "sketch", "identity"])
+@pytest.mark.parametrize("order", ["shuffled", "longest first"])
+def test_skipping_the_padding_keeps_real_outputs_and_every_gradient(name, order):
+    """``lengths``: chunks past each sequence's end are skipped; real outputs and all gradients are those of the
+    full computation, and padded keys still get no gradient."""
+    lengths = torch.tensor([5, 13, 2, 9] if order == "shuffled" else [13, 9, 5, 2])
+    b, n = len(lengths), int(lengths.max())
+    q, k, v = (torch.randn(b, H, n, D, dtype=torch.float64) for _ in range(3))
+    mask = torch.arange(n) < lengths[:, None]
+    param = inputs()[2][name]
+    params = [] if param is None else [param, param + 0.5 * torch.randn_like(param)]
+    chunk_bytes = 2 * one_token(name, b)  # chunks of 2 tokens: sequences end inside chunks and between them
+    runs = []
+    for given in (None, lengths):
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v, *params)]
+        out = fused(name, *leaves[:3], mask, *(leaves[3:] or [None, None]), chunk_bytes, lengths=given)
+        (out * mask[:, None, :, None] * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        runs.append((out, [t.grad for t in leaves]))
+    (full, full_grads), (skipped, grads) = runs
+    real = mask[:, None, :, None]
+    assert_close(full * real, skipped * real, ratio=1e-12)
+    for a, g, what in zip(full_grads, grads, ["q", "k", "v", "param q", "param k"]):
+        assert_close(a, g, ratio=1e-12, what=f"grad {what}")
+    assert not grads[1].mul(~real).ne(0).any()  # padded keys: no gradient
 
 
 MODULES = {"based": ("based", {}), "polysketch": ("polysketch", {}),
