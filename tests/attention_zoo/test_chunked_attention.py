@@ -152,3 +152,31 @@ def test_fused_keeps_no_feature_sized_tensor_for_backward(name):
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
         attn(q, k, v, torch.ones(b, n, dtype=torch.bool))
     assert max(saved) <= b * h * n * (d + 1) < b * h * n * 273
+
+
+def test_llops_skipping_with_its_per_query_eps_matches_its_oracle(monkeypatch):
+    """LLoPS passes a per-query ``eps`` tensor; with unsorted lengths (one of them 0), non-contiguous inputs (the
+    encoder's head split) and chunks of 2 tokens, real tokens' outputs and every gradient match the oracle."""
+    import attention_zoo._chunked_attention as engine
+
+    monkeypatch.setitem(engine.chunked_kernel_attention.__kwdefaults__, "chunk_bytes", 2 * 4 * 2 * 8 * 2 * 8)
+    attn = attention_zoo.build("llops", head_dim=4, num_heads=2, degree=2, features=8).double()
+    lengths = torch.tensor([5, 13, 0, 9])
+    b, n = len(lengths), int(lengths.max())
+    mask = torch.arange(n) < lengths[:, None]
+    parts = torch.randn(b, n, 3, 2, 4, dtype=torch.float64)
+    real = mask[:, None, :, None]
+    weights = torch.randn(b, 2, n, 4, dtype=torch.float64) * real
+    results = []
+    for run in (attn.naive, attn):
+        attn.zero_grad()
+        leaf = parts.clone().requires_grad_(True)
+        q, k, v = leaf.permute(2, 0, 3, 1, 4)  # each (B, H, N, d), not contiguous
+        out = run(q, k, v, mask)
+        (out * weights).sum().backward()
+        results.append((out * real, leaf.grad, [p.grad.clone() for p in attn.parameters()]))
+    (ref, ref_grad, ref_params), (out, grad, params) = results
+    assert_close(ref, out, ratio=1e-12)
+    assert_close(ref_grad, grad, ratio=1e-10, what="grad q, k, v")
+    for a, g in zip(ref_params, params, strict=True):
+        assert_close(a, g, ratio=1e-10, what="grad theta")
