@@ -71,6 +71,11 @@ def active_groups(chunks: list[slice], lengths: list[int] | None, batch: int) ->
     return groups
 
 
+def group_map(full: ChunkMap, a: int, make_map: MakeMap, param: Tensor | None, x: Tensor, need_grad: bool) -> ChunkMap:
+    """The map for the first ``a`` sequences of ``x``: ``full`` when that is all of them, else a new one."""
+    return full if a == x.shape[0] else make_map(param, x[:a], need_grad)
+
+
 def add_grad(total: Tensor | None, part: Tensor | None) -> Tensor | None:
     """A parameter's gradient summed over the maps of the groups."""
     return part if total is None else total + part
@@ -87,14 +92,14 @@ class _ChunkedAttention(torch.autograd.Function):
         groups = active_groups(chunks, lengths, b)
         state = q.new_zeros(rows, map_k.features, width)  # (B H, m, D + 1)
         for a, group in groups:  # the first a sequences: a h rows
-            map_k = map_k if a == b else make_map(param_k, k[:a], False)
+            map_k = group_map(map_k, a, make_map, param_k, k, False)
             for sl in group:
                 state[: a * h].baddbmm_(map_k.forward(chunk_of(k[:a], sl)).transpose(1, 2), chunk_of(v1[:a], sl))
         skipped = lengths is not None
         out = q.new_zeros(b, h, n, width - 1) if skipped else q.new_empty(b, h, n, width - 1)
         den = q.new_ones(b, h, n, 1) if skipped else q.new_empty(b, h, n, 1)
         for a, group in groups:
-            map_q = map_q if a == b else make_map(param_q, q[:a], False)
+            map_q = group_map(map_q, a, make_map, param_q, q, False)
             for sl in group:
                 num_den = torch.bmm(map_q.forward(chunk_of(q[:a], sl)), state[: a * h])  # (a H, C, D + 1)
                 den_c = num_den[..., -1:].add_(eps_of(eps[:a] if isinstance(eps, Tensor) else eps, sl))
@@ -122,7 +127,7 @@ class _ChunkedAttention(torch.autograd.Function):
         grad_param_q = grad_param_k = None
         for a, group in groups:
             r = a * h
-            map_a = map_q if a == b else ctx.make_map(param_q, q[:a], need[3])
+            map_a = group_map(map_q, a, ctx.make_map, param_q, q, need[3])
             for sl in group:
                 g = normalization_backward(chunk_of(grad_out[:a], sl), chunk_of(out[:a], sl), chunk_of(den[:a], sl),
                                            grad_nd[:r, : sl.stop - sl.start])
@@ -134,7 +139,7 @@ class _ChunkedAttention(torch.autograd.Function):
         grad_state_t = grad_state.transpose(1, 2).contiguous()
         for a, group in groups:
             r = a * h
-            map_a = map_k if a == b else ctx.make_map(param_k, k[:a], need[4])
+            map_a = group_map(map_k, a, ctx.make_map, param_k, k, need[4])
             for sl in group:
                 k_c, v1_c = chunk_of(k[:a], sl), chunk_of(v1[:a], sl)
                 phi_k = map_a.recompute(k_c)

@@ -101,8 +101,9 @@ def values_and_ones(v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
 
 def prefix_lengths(key_padding_mask: Tensor | None) -> Tensor | None:
     """Each sequence's length ``(B,)`` when every row of the ``(B, N)`` mask is its real tokens followed by
-    padding (LRA's batches), else None: what ``chunked_kernel_attention`` needs to skip the padding."""
-    if key_padding_mask is None:
+    padding (LRA's batches), else None (also when nothing is padded): what ``chunked_kernel_attention`` needs
+    to skip the padding."""
+    if key_padding_mask is None or bool(key_padding_mask.all()):  # no padding: nothing to skip
         return None
     lengths = key_padding_mask.sum(1)
     positions = torch.arange(key_padding_mask.shape[1], device=key_padding_mask.device)
