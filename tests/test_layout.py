@@ -36,6 +36,16 @@ def test_no_benchmark_module_inside_the_library_packages():
     assert found == []
 
 
+def test_test_module_names_are_unique():
+    """pytest's default (rootdir-relative, no ``__init__.py``) import mode stops collection when two test files
+    share a basename; the clean-clone run then fails before any test runs."""
+    names: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        names.setdefault(path.name, []).append(path.relative_to(ROOT).as_posix())
+    clashes = {name: paths for name, paths in names.items() if len(paths) > 1}
+    assert clashes == {}, f"rename one of each pair (pytest cannot import both): {clashes}"
+
+
 # Documents the project cites must ship with it: `docs/<name>.md` (and the section numbers cited in it), and no
 # citation of the old design or protocol notes, which lived outside the repository.
 CITING = ("README.md", "conf/**/*.yaml", "conf/**/*.md", "tests/**/*.py", "tests/**/*.md", "results/reference/*",
