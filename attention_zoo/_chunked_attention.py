@@ -150,6 +150,27 @@ class _ChunkedAttention(torch.autograd.Function):
         return grad_q, grad_k, grad_v1, grad_param_q, grad_param_k, None, None, None, None
 
 
+class _PermuteBatch(torch.autograd.Function):
+    """``x[order]`` along dim 0, with a gather (``grad[inverse]``) for backward instead of index_select's
+    scatter-add: on CPU the scatter costs ~3x the gather."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, order: Tensor, inverse: Tensor) -> Tensor:
+        ctx.save_for_backward(inverse)
+        return x.index_select(0, order)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor):
+        (inverse,) = ctx.saved_tensors
+        return grad.index_select(0, inverse), None, None
+
+
+def permute_batch(x: Tensor, order: Tensor, inverse: Tensor) -> Tensor:
+    """``x.index_select(0, order)`` (contiguous) where ``inverse`` undoes ``order``; gathers both ways."""
+    return _PermuteBatch.apply(x, order, inverse)
+
+
 def chunked_kernel_attention(q: Tensor, k: Tensor, v1: Tensor, param_q: Tensor | None, param_k: Tensor | None,
                              make_map: MakeMap, *, eps: float | Tensor, chunk_bytes: int = CHUNK_BYTES,
                              lengths: Tensor | None = None) -> Tensor:
@@ -167,7 +188,8 @@ def chunked_kernel_attention(q: Tensor, k: Tensor, v1: Tensor, param_q: Tensor |
     order = torch.argsort(lengths, descending=True, stable=True)
     if bool((order == torch.arange(len(order), device=order.device)).all()):
         return _ChunkedAttention.apply(q, k, v1, param_q, param_k, eps, make_map, chunk_bytes, lengths.tolist())
-    q, k, v1 = (t.index_select(0, order) for t in (q, k, v1))  # (B, H, N, .) longest first, contiguous
-    eps = eps.index_select(0, order) if isinstance(eps, Tensor) else eps
+    inverse = torch.argsort(order)
+    q, k, v1 = (permute_batch(t, order, inverse) for t in (q, k, v1))  # (B, H, N, .) longest first, contiguous
+    eps = permute_batch(eps, order, inverse) if isinstance(eps, Tensor) else eps
     out = _ChunkedAttention.apply(q, k, v1, param_q, param_k, eps, make_map, chunk_bytes, lengths[order].tolist())
-    return out.index_select(0, torch.argsort(order))
+    return permute_batch(out, inverse, order)

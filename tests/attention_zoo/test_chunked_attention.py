@@ -7,7 +7,7 @@ import torch
 
 import attention_zoo
 from attention_zoo._chunk_maps import square_map, taylor_map
-from attention_zoo._chunked_attention import active_groups, chunked_kernel_attention
+from attention_zoo._chunked_attention import active_groups, chunked_kernel_attention, permute_batch
 from attention_zoo._sketch import naive_polynomial_sketch
 from attention_zoo.based import naive_based
 from attention_zoo.kernel import values_and_ones
@@ -87,6 +87,14 @@ def test_active_groups_follow_the_sequences_still_running():
     assert active_groups(chunks, None, 4) == [(4, chunks)]
     assert active_groups(chunks, [10, 7, 3, 1], 4) == [(4, chunks[:1]), (2, chunks[1:3]), (1, chunks[3:])]
     assert active_groups(chunks, [5, 2], 2) == [(2, chunks[:1]), (1, chunks[1:2])]  # nothing past token 5
+
+
+def test_permute_batch_gathers_forward_and_its_gradient_is_the_inverse_gather():
+    order = torch.tensor([2, 0, 3, 1])
+    x = torch.randn(4, 2, 3, dtype=torch.float64, requires_grad=True)
+    y = permute_batch(x, order, torch.argsort(order))
+    assert torch.equal(y, x.detach()[order])
+    assert torch.autograd.gradcheck(lambda t: permute_batch(t, order, torch.argsort(order)), (x,))
 
 
 @pytest.mark.parametrize("name", ["taylor", "sketch", "identity"])
