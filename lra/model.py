@@ -17,6 +17,7 @@ from attention_zoo import extra_inputs
 from .checks import POOLINGS
 from .dropout import Dropout
 from .feedforward import FeedForward
+from .heads import pack_heads, split_heads
 from .norm_linear import norm_linear
 from .packing import Packing
 from .residual import linear_dropout_add
@@ -50,19 +51,16 @@ class AttentionBlock(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor, packing: Packing | None = None) -> Tensor:
         """``x``: ``(B, N, dim)``, or with ``packing`` the real tokens ``(T, dim)`` (``lra.packing``)."""
-        b, n = mask.shape
-        heads = (self.num_heads, self.inner // self.num_heads)
         parts = norm_linear(x, self.norm, self.qkv)  # (B, N, width) or (T, width)
         if packing is not None:
             parts = packing.unpack(parts)  # (B, N, width), zeros at the pads
         if self.conv is not None:
             qkv = self.conv(parts[..., : 3 * self.inner], None if packing is not None else mask)  # unpacked: pads 0
             parts = qkv if self.num_inputs == 3 else torch.cat([qkv, parts[..., 3 * self.inner :]], dim=-1)
-        q, k, v, *rest = parts.view(b, n, self.num_inputs, *heads).permute(2, 0, 3, 1, 4)  # each (B, H, N, head_dim)
+        q, k, v, *rest = split_heads(parts, self.num_inputs, self.num_heads)  # each (B, H, N, head_dim)
         extras = dict(zip(extra_inputs(self.attention), rest))
         y = self.attention(q, k, v, key_padding_mask=mask, **extras)  # (B, H, N, head_dim)
-        y = y.transpose(1, 2)  # (B, N, H, head_dim)
-        y = y.reshape(b, n, self.inner) if packing is None else packing.pack(y).reshape(-1, self.inner)
+        y = pack_heads(y, packing)  # (B, N, inner) or (T, inner)
         return linear_dropout_add(x, y, self.out, self.dropout)  # x + dropout(out(y))
 
 

@@ -10,6 +10,7 @@ and all gradients are the padded computation's up to rounding; dropout draws mas
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 
@@ -21,6 +22,16 @@ class Packing:
     def __init__(self, mask: Tensor):
         self.batch, self.length = mask.shape
         self.index = None if bool(mask.all()) else mask.reshape(-1).nonzero().squeeze(1)  # (T,)
+        self._head_rows: dict[int, Tensor] = {}
+
+    def head_rows(self, num_heads: int) -> Tensor:
+        """``(T, H)``: the row of each real token and head in a ``(B, H, N, d)`` tensor seen as ``(B H N, d)``
+        (requires padding: ``index`` set)."""
+        if num_heads not in self._head_rows:
+            seq, pos = self.index // self.length, self.index % self.length
+            heads = torch.arange(num_heads, device=self.index.device)
+            self._head_rows[num_heads] = (seq[:, None] * num_heads + heads) * self.length + pos[:, None]
+        return self._head_rows[num_heads]
 
     def pack(self, padded: Tensor) -> Tensor:
         """``(B, N, ...)`` -> ``(T, ...)``."""
