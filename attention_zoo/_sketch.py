@@ -21,13 +21,6 @@ from torch.autograd.function import once_differentiable
 CHUNK_BYTES = 2**21  # projections per chunk: of 1-16 MiB, 2 MiB was fastest here (1 MiB L2 per core)
 
 
-def theta_matrix(theta: Tensor, batch: int) -> Tensor:
-    """``(H, t, p, d, m)`` -> ``(B H, d, t p m)`` contiguous: every factor's projection in one bmm."""
-    h, t, p, d, m = theta.shape
-    flat = theta.permute(0, 3, 1, 2, 4).reshape(h, d, t * p * m)
-    return flat.expand(batch, h, d, t * p * m).reshape(batch * h, d, t * p * m)
-
-
 def token_chunks(n: int, rows: int, width: int, element_size: int, chunk_bytes: int) -> list[slice]:
     """Slices of ``range(n)`` such that ``rows x chunk x width`` projections fit ``chunk_bytes``."""
     size = max(1, chunk_bytes // (rows * width * element_size))
@@ -91,63 +84,86 @@ class ChunkSketch:
     """The sketch of one token chunk ``x_c`` ``(B H, C, d)`` and its backward, with reused buffers.
 
     ``forward`` gives ``phi`` ``(B H, C, m)``; ``recompute`` does the same while keeping the leave-one-out
-    products, after which ``backprop(x_c, grad_phi)`` returns ``grad_x_c`` and adds into ``grad_flat``.
+    products, after which ``backprop(x_c, grad_phi)`` returns ``grad_x_c`` and adds into Theta's gradient.
     A ``ChunkMap`` of ``_chunked_attention`` (``like`` is the input, for its batch size).
+
+    Inside, the chunk is taken head-major, ``(H, B C, d)``: one product per head against that head's Theta (the
+    B sequences share it) runs ~1.6x faster than B H small products of ``C x d`` by ``d x t p m``, and Theta's
+    gradient sums over the batch inside the product. Only the inputs and outputs (``d`` and ``m`` wide, not the
+    ``t p m`` projections) are copied between the layouts.
     """
 
     def __init__(self, theta: Tensor, like: Tensor, need_grad: bool = False, *, square: bool):
-        self.batch = like.shape[0]
-        self.flat = theta_matrix(theta, self.batch)  # (B H, d, t p m)
-        self.rows, self.d = self.flat.shape[:2]
-        self.shape = (theta.shape[1], theta.shape[2], theta.shape[4])  # t, p, m
-        self.features, self.square, self.work = theta.shape[4], square, Workspace(theta)
-        self.grad_flat = torch.zeros_like(self.flat) if need_grad else None
+        h, t, p, d, m = theta.shape
+        self.batch, self.heads, self.d = like.shape[0], h, d
+        self.rows = self.batch * h
+        self.theta = theta.permute(0, 3, 1, 2, 4).reshape(h, d, t * p * m)  # (H, d, t p m)
+        self.shape = (t, p, m)
+        self.features, self.square, self.work = m, square, Workspace(theta)
+        self.grad_theta = torch.zeros_like(self.theta) if need_grad else None
 
     def width(self) -> int:
         t, p, m = self.shape
         return t * p * m
 
-    def _project(self, x_c: Tensor) -> Tensor:
-        c = x_c.shape[1]
-        return torch.bmm(x_c, self.flat, out=self.work.get("proj", (self.rows, c, self.width())))
+    def _heads_first(self, name: str, x_c: Tensor) -> Tensor:
+        """``(B H, C, e)`` -> a buffer ``(H, B C, e)``."""
+        b, h, (c, e) = self.batch, self.heads, x_c.shape[1:]
+        out = self.work.get(name, (h, b, c, e))
+        out.copy_(x_c.view(b, h, c, e).transpose(0, 1))
+        return out.view(h, b * c, e)
 
-    def _finish(self, phi: Tensor) -> Tensor:
-        return torch.mul(phi, phi, out=self.work.get("feature", phi.shape)) if self.square else phi
+    def _rows_first(self, name: str, y: Tensor, c: int) -> Tensor:
+        """``(H, B C, e)`` -> a buffer ``(B H, C, e)``."""
+        b, h, e = self.batch, self.heads, y.shape[-1]
+        out = self.work.get(name, (b, h, c, e))
+        out.copy_(y.view(h, b, c, e).transpose(0, 1))
+        return out.view(b * h, c, e)
+
+    def _project(self, x_c: Tensor) -> Tensor:
+        """``(H, B C, t, p, m)``; keeps the head-major chunk for ``backprop``."""
+        self.x_h = self._heads_first("x", x_c)  # (H, B C, d)
+        proj = torch.bmm(self.x_h, self.theta, out=self.work.get("proj", (self.heads, self.x_h.shape[1], self.width())))
+        return proj.view(self.heads, -1, *self.shape)
+
+    def _finish(self, phi: Tensor, c: int) -> Tensor:
+        if self.square:
+            phi = torch.mul(phi, phi, out=self.work.get("square", phi.shape))
+        return self._rows_first("feature", phi, c)
 
     def forward(self, x_c: Tensor) -> Tensor:
-        t, p, m = self.shape
-        proj = self._project(x_c).view(self.rows, -1, t, p, m)
-        return self._finish(product_over_factors(proj, self.work.get("phi", (self.rows, x_c.shape[1], m))))
+        proj = self._project(x_c)
+        phi = product_over_factors(proj, self.work.get("phi", (*proj.shape[:2], self.features)))
+        return self._finish(phi, x_c.shape[1])
 
     def recompute(self, x_c: Tensor) -> Tensor:
         t, p, m = self.shape
-        c = x_c.shape[1]
-        proj = self._project(x_c).view(self.rows, c, t, p, m)
-        others = self.work.get("others", (self.rows, c, t, p, m))
-        prods = self.work.get("prods", (self.rows, c, t, m))
+        proj = self._project(x_c)
+        others = self.work.get("others", proj.shape)
+        prods = self.work.get("prods", (*proj.shape[:2], t, m))
         leave_one_out(proj, others, prods)
-        phi = prods[:, :, 0] if t == 1 else torch.sum(prods, dim=-2, out=self.work.get("phi", (self.rows, c, m)))
-        self.phi = phi
-        return self._finish(phi)
+        phi = prods[:, :, 0] if t == 1 else torch.sum(prods, dim=-2, out=self.work.get("phi", (*proj.shape[:2], m)))
+        self.phi = phi  # (H, B C, m)
+        return self._finish(phi, x_c.shape[1])
 
     def backprop(self, x_c: Tensor, grad_feature: Tensor) -> Tensor:
         """After ``recompute(x_c)``: ``grad_x_c`` ``(B H, C, d)`` (a buffer); Theta's gradient accumulates."""
         c = x_c.shape[1]
-        grad, scale = grad_feature, 1
+        grad, scale = self._heads_first("grad_feature", grad_feature), 1  # (H, B C, m)
         if self.square:  # d(phi^2) = 2 phi d(phi); the 2 is applied in the matmuls
-            grad, scale = self.phi.mul_(grad_feature), 2
-        others = self.work.get("others", (self.rows, c, *self.shape))
-        grad_proj = others.mul_(grad[:, :, None, None, :]).view(self.rows, c, self.width())
-        if self.grad_flat is not None:
-            self.grad_flat.baddbmm_(x_c.transpose(1, 2), grad_proj, alpha=scale)
-        grad_x = self.work.get("grad_x", (self.rows, c, self.d))
-        return torch.baddbmm(grad_x, grad_proj, self.flat.transpose(1, 2), beta=0, alpha=scale, out=grad_x)
+            grad, scale = self.phi.mul_(grad), 2
+        others = self.work.get("others", (*self.phi.shape[:2], *self.shape))
+        grad_proj = others.mul_(grad[:, :, None, None, :]).view(self.heads, -1, self.width())
+        if self.grad_theta is not None:
+            self.grad_theta.baddbmm_(self.x_h.transpose(1, 2), grad_proj, alpha=scale)
+        grad_x = self.work.get("grad_x_h", self.x_h.shape)
+        torch.baddbmm(grad_x, grad_proj, self.theta.transpose(1, 2), beta=0, alpha=scale, out=grad_x)
+        return self._rows_first("grad_x", grad_x, c)
 
     def grad_param(self) -> Tensor:
-        """Theta's gradient ``(H, t, p, d, m)`` from the accumulated ``(B H, d, t p m)`` sums."""
+        """Theta's gradient ``(H, t, p, d, m)``."""
         t, p, m = self.shape
-        h = self.rows // self.batch
-        return self.grad_flat.view(self.batch, h, self.d, t, p, m).sum(0).permute(0, 2, 3, 1, 4)
+        return self.grad_theta.view(self.heads, self.d, t, p, m).permute(0, 2, 3, 1, 4)
 
 
 def chunk_of(x: Tensor, sl: slice) -> Tensor:
