@@ -71,5 +71,5 @@ def pack_heads(y: Tensor, packing: Packing | None) -> Tensor:
     b, h, n, d = y.shape
     if packing is None or packing.index is None:
         merged = y.transpose(1, 2).reshape(b, n, h * d)
-        return merged if packing is None else merged.view(b * n, h * d)
+        return merged if packing is None else merged.reshape(b * n, h * d)  # a view of y when H = 1
     return _PackHeads.apply(y, packing.head_rows(h))

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 
 import attention_zoo
 from attention_zoo._chunk_maps import square_map, taylor_map
 from attention_zoo._chunked_attention import active_groups, chunked_kernel_attention, permute_batch
-from attention_zoo._sketch import naive_polynomial_sketch
+from attention_zoo._sketch import ChunkSketch, naive_polynomial_sketch
 from attention_zoo.based import naive_based
-from attention_zoo.kernel import values_and_ones
+from attention_zoo.kernel import naive_kernel_attention, values_and_ones
 from attention_zoo.polysketch import naive_polysketch
 from tests.conftest import assert_close, random_qkv_mask
 
@@ -188,3 +190,28 @@ def test_llops_skipping_with_its_per_query_eps_matches_its_oracle(monkeypatch):
     assert_close(ref_grad, grad, ratio=1e-10, what="grad q, k, v")
     for a, g in zip(ref_params, params, strict=True):
         assert_close(a, g, ratio=1e-10, what="grad theta")
+
+
+def test_head_major_sketch_with_several_factors_terms_and_length_groups_matches_the_oracle():
+    """``ChunkSketch`` (squared, t = 2 terms of p = 3 factors) under shuffled lengths and chunks that end inside
+    sequences: outputs and the gradients of q, k, v and both Thetas against the naive sketch and weight matrix."""
+    lengths = torch.tensor([5, 11, 8])
+    b, n = len(lengths), int(lengths.max())
+    mask = torch.arange(n) < lengths[:, None]
+    q, k, v = (torch.randn(b, H, n, D, dtype=torch.float64) for _ in range(3))
+    thetas = [0.5 * torch.randn(H, 2, 3, D, 5, dtype=torch.float64) for _ in range(2)]
+    real = mask[:, None, :, None]
+    results = []
+    for fast in (True, False):
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v, *thetas)]
+        if fast:
+            out = chunked_kernel_attention(*leaves[:2], values_and_ones(leaves[2], mask), *leaves[3:],
+                                           partial(ChunkSketch, square=True), eps=1e-6, chunk_bytes=b * H * 8 * 30 * 3,
+                                           lengths=lengths)
+        else:
+            phi_q, phi_k = (naive_polynomial_sketch(x, t, True) for x, t in zip(leaves[:2], leaves[3:]))
+            out = naive_kernel_attention(phi_q, phi_k, leaves[2], mask, eps=1e-6)
+        (out * real * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        results.append([out * real] + [t.grad for t in leaves])
+    for a, g, what in zip(*results, ["out", "q", "k", "v", "theta q", "theta k"]):
+        assert_close(a, g, ratio=1e-10, what=what)
