@@ -22,7 +22,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ._sketch import CHUNK_BYTES, chunk_of, put_chunk, token_chunks
-from .kernel import normalization_backward
+from .kernel import normalization_backward, prefix_lengths
 
 
 class ChunkMap(Protocol):
@@ -173,16 +173,18 @@ def permute_batch(x: Tensor, order: Tensor, inverse: Tensor) -> Tensor:
 
 def chunked_kernel_attention(q: Tensor, k: Tensor, v1: Tensor, param_q: Tensor | None, param_k: Tensor | None,
                              make_map: MakeMap, *, eps: float | Tensor, chunk_bytes: int = CHUNK_BYTES,
-                             lengths: Tensor | None = None) -> Tensor:
+                             key_padding_mask: Tensor | None = None) -> Tensor:
     """Normalised non-causal attention on chunked features; ``v1 = [v, 1]`` with padded keys' rows zero.
 
     ``q, k`` ``(B, H, N, d)``, ``v1`` ``(B, H, N, D + 1)``, ``eps`` a float or per query ``(B, H, N, 1)``;
     returns ``(B, H, N, D)``. ``make_map`` builds the query and key maps from ``param_q``, ``param_k``
-    (per head: no batch dimension). ``lengths`` ``(B,)`` (``prefix_lengths``): each sequence's real tokens are
-    its first ``lengths[b]``; chunks past a sequence's end are skipped (their outputs and gradients 0), the
-    sequences taken longest first so the ones still running are a prefix of the batch. Real tokens get the
-    same numbers either way: a skipped chunk's keys only ever added zeros.
+    (per head: no batch dimension). With a ``key_padding_mask`` ``(B, N)`` whose rows are real tokens then
+    padding (``prefix_lengths``; LRA's batches), chunks past a sequence's end are skipped (their outputs and
+    gradients 0), the sequences taken longest first so the ones still running are a prefix of the batch. Real
+    tokens get the same numbers either way: a skipped chunk's keys only ever added zeros (``v1``'s pad rows).
     """
+    padded = key_padding_mask is not None and not bool(key_padding_mask.all())
+    lengths = prefix_lengths(key_padding_mask) if padded else None  # None: nothing to skip
     if lengths is None:
         return _ChunkedAttention.apply(q, k, v1, param_q, param_k, eps, make_map, chunk_bytes, None)
     order = torch.argsort(lengths, descending=True, stable=True)

@@ -96,7 +96,6 @@ class ChunkSketch:
     def __init__(self, theta: Tensor, like: Tensor, need_grad: bool = False, *, square: bool):
         h, t, p, d, m = theta.shape
         self.batch, self.heads, self.d = like.shape[0], h, d
-        self.rows = self.batch * h
         self.theta = theta.permute(0, 3, 1, 2, 4).reshape(h, d, t * p * m)  # (H, d, t p m)
         self.shape = (t, p, m)
         self.features, self.square, self.work = m, square, Workspace(theta)

@@ -22,14 +22,7 @@ from torch import Tensor, nn
 
 from ._chunk_maps import taylor_map
 from ._chunked_attention import chunked_kernel_attention
-from .kernel import (
-    at_least_float32,
-    float32_region,
-    kernel_attention,
-    naive_normalized_attention,
-    prefix_lengths,
-    values_and_ones,
-)
+from .kernel import at_least_float32, float32_region, kernel_attention, naive_normalized_attention, values_and_ones
 from .registry import register
 
 
@@ -85,7 +78,7 @@ class BasedAttention(nn.Module):
                 v1 = values_and_ones(at_least_float32(v), key_padding_mask)
                 w_q, w_k = (w.to(q.dtype)[:, None, None] for w in (self.w_q, self.w_k))  # (H, 1, 1, d, r)
                 out = chunked_kernel_attention(q, k, v1, w_q, w_k, taylor_map, eps=self.eps,
-                                               lengths=prefix_lengths(key_padding_mask))
+                                               key_padding_mask=key_padding_mask)
             return out.to(v.dtype)
         return kernel_attention(self.features(q, self.w_q), self.features(k, self.w_k), v,
                                 key_padding_mask, eps=self.eps, causal=self.causal,

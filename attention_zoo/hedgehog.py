@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from ._chunked_attention import chunked_kernel_attention
-from .kernel import float32_region, kernel_attention, naive_kernel_attention, prefix_lengths, values_and_ones
+from .kernel import float32_region, kernel_attention, naive_kernel_attention, values_and_ones
 from .registry import register
 
 INITS = ("kaiming", "identity", "normal")
@@ -159,7 +159,7 @@ class HedgehogAttention(nn.Module):
                 v1 = values_and_ones(v.float(), key_padding_mask)
                 out = chunked_kernel_attention(q, k, v1, self.map_param("q"), self.map_param("k"),
                                                partial(HedgehogChunkMap, bias=self.b_q is not None),
-                                               eps=self.eps, lengths=prefix_lengths(key_padding_mask))
+                                               eps=self.eps, key_padding_mask=key_padding_mask)
             return out.to(v.dtype)
         return kernel_attention(self.features(q, "q"), self.features(k, "k"), v, key_padding_mask,
                                 eps=self.eps, causal=self.causal, chunk_size=self.chunk_size)

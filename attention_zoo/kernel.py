@@ -99,15 +99,13 @@ def values_and_ones(v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
     return v1.masked_fill_(~key_padding_mask[:, None, :, None], 0)  # in place: cat's backward needs no output
 
 
-def prefix_lengths(key_padding_mask: Tensor | None) -> Tensor | None:
+def prefix_lengths(key_padding_mask: Tensor) -> Tensor | None:
     """Each sequence's length ``(B,)`` when every row of the ``(B, N)`` mask is its real tokens followed by
-    padding (LRA's batches), else None (also when nothing is padded): what ``chunked_kernel_attention`` needs
-    to skip the padding."""
-    if key_padding_mask is None or bool(key_padding_mask.all()):  # no padding: nothing to skip
-        return None
-    lengths = key_padding_mask.sum(1)
-    positions = torch.arange(key_padding_mask.shape[1], device=key_padding_mask.device)
-    return lengths if bool((key_padding_mask == (positions < lengths[:, None])).all()) else None
+    padding (LRA's batches), else None: what softmax's per-sequence path and the chunked kernel attention's
+    padding skip need."""
+    lengths = key_padding_mask.sum(-1)
+    positions = torch.arange(key_padding_mask.shape[-1], device=key_padding_mask.device)
+    return lengths if torch.equal(key_padding_mask, positions < lengths[:, None]) else None
 
 
 def normalization_backward(grad_out: Tensor, out: Tensor, den: Tensor, into: Tensor) -> Tensor:

@@ -35,7 +35,6 @@ from .kernel import (
     float32_region,
     kernel_attention,
     naive_kernel_attention,
-    prefix_lengths,
     rescale_homogeneous,
     values_and_ones,
 )
@@ -141,7 +140,7 @@ class LLoPSAttention(nn.Module):
             v1 = values_and_ones(at_least_float32(v), key_padding_mask)
             out = chunked_kernel_attention(q, k, v1, self.theta_q.to(q.dtype), self.theta_k.to(q.dtype),
                                            partial(ChunkSketch, square=self.square), eps=eps,
-                                           lengths=prefix_lengths(key_padding_mask))
+                                           key_padding_mask=key_padding_mask)
         return out.to(v.dtype)
 
     def naive(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:

@@ -34,14 +34,7 @@ from torch import Tensor, nn
 from ._chunk_maps import square_map
 from ._chunked_attention import chunked_kernel_attention
 from ._sketch import naive_polynomial_sketch, polynomial_sketch
-from .kernel import (
-    at_least_float32,
-    float32_region,
-    kernel_attention,
-    naive_normalized_attention,
-    prefix_lengths,
-    values_and_ones,
-)
+from .kernel import at_least_float32, float32_region, kernel_attention, naive_normalized_attention, values_and_ones
 from .registry import register
 
 SKETCHES = ("random", "learned")
@@ -142,7 +135,7 @@ class PolySketchAttention(nn.Module):
                 else:
                     x_q, x_k, theta = self.sketched(q), self.sketched(k), None
                 out = chunked_kernel_attention(x_q, x_k, v1, theta, theta, square_map, eps=self.normalization,
-                                               lengths=prefix_lengths(key_padding_mask))
+                                               key_padding_mask=key_padding_mask)
             return out.to(v.dtype)
         with float32_region(v):
             phi_q = symmetric_square_features(self.sketched(q))  # (B, H, N, r (r + 1) / 2)

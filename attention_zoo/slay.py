@@ -30,14 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from ._chunked_attention import chunked_kernel_attention
-from .kernel import (
-    at_least_float32,
-    float32_region,
-    kernel_attention,
-    naive_normalized_attention,
-    prefix_lengths,
-    values_and_ones,
-)
+from .kernel import at_least_float32, float32_region, kernel_attention, naive_normalized_attention, values_and_ones
 from .registry import register
 from .yat import naive_yat, unit
 
@@ -189,7 +182,7 @@ class SlayAttention(nn.Module):
                 q, k = at_least_float32(q), at_least_float32(k)
                 v1 = values_and_ones(at_least_float32(v), key_padding_mask)
                 out = chunked_kernel_attention(q, k, v1, None, None, lambda _, like, __: SlayChunkMap(self, like),
-                                               eps=self.delta, lengths=prefix_lengths(key_padding_mask))
+                                               eps=self.delta, key_padding_mask=key_padding_mask)
             return out.to(v.dtype)
         return kernel_attention(self.features(q), self.features(k), v, key_padding_mask, eps=self.delta,
                                 causal=self.causal, chunk_size=self.chunk_size)

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .kernel import prefix_lengths
 from .registry import register
 
 
@@ -30,15 +31,6 @@ def naive_softmax(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | No
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
     return (scores.softmax(-1) @ v.float()).to(v.dtype)
-
-
-def prefix_lengths(key_padding_mask: Tensor) -> list[int] | None:
-    """True lengths when every row of the mask is real tokens then padding, else None."""
-    lengths = key_padding_mask.sum(-1)
-    n = key_padding_mask.shape[-1]
-    if not torch.equal(key_padding_mask, torch.arange(n, device=lengths.device) < lengths[:, None]):
-        return None
-    return lengths.tolist()
 
 
 def per_sequence_sdpa(q: Tensor, k: Tensor, v: Tensor, lengths: list[int], dropout_p: float = 0.0) -> Tensor:
@@ -82,7 +74,7 @@ class SoftmaxAttention(nn.Module):
         if key_padding_mask is not None and q.device.type == "cpu" and not self.causal:
             lengths = prefix_lengths(key_padding_mask)
             if lengths is not None:
-                return per_sequence_sdpa(q, k, v, lengths, p)
+                return per_sequence_sdpa(q, k, v, lengths.tolist(), p)
         allowed = _allowed(key_padding_mask, q.shape[-2], self.causal, q.device)
         if allowed is None:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal)

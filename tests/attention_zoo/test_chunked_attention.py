@@ -25,14 +25,16 @@ def inputs(b: int = B, n: int = N):
     return [t.double() for t in (q, k, v)], mask, {name: p if p is None else p.double() for name, p in params.items()}
 
 
-def fused(name: str, q, k, v, mask, param_q, param_k, chunk_bytes: int, lengths=None):
-    """The fused form: BASED's Taylor map of ``x W``, the symmetric square of a sketch or of the input."""
+def fused(name: str, q, k, v, mask, param_q, param_k, chunk_bytes: int, skip: bool = False):
+    """The fused form: BASED's Taylor map of ``x W``, the symmetric square of a sketch or of the input; ``skip``:
+    the mask goes in too, so chunks past each sequence's end are skipped."""
     v1 = values_and_ones(v, mask)
+    skipped = mask if skip else None
     if name == "taylor":
         return chunked_kernel_attention(q, k, v1, param_q[:, None, None], param_k[:, None, None], taylor_map,
-                                        eps=1e-12, chunk_bytes=chunk_bytes, lengths=lengths)
+                                        eps=1e-12, chunk_bytes=chunk_bytes, key_padding_mask=skipped)
     return chunked_kernel_attention(q, k, v1, param_q, param_k, square_map, eps=1.0,
-                                    chunk_bytes=chunk_bytes, lengths=lengths)
+                                    chunk_bytes=chunk_bytes, key_padding_mask=skipped)
 
 
 def oracle(name: str, q, k, v, mask, param_q, param_k):
@@ -102,7 +104,7 @@ def test_permute_batch_gathers_forward_and_its_gradient_is_the_inverse_gather():
 @pytest.mark.parametrize("name", ["taylor", "sketch", "identity"])
 @pytest.mark.parametrize("order", ["shuffled", "longest first"])
 def test_skipping_the_padding_keeps_real_outputs_and_every_gradient(name, order):
-    """``lengths``: chunks past each sequence's end are skipped; real outputs and all gradients are those of the
+    """With the mask given, chunks past each sequence's end are skipped; real outputs and all gradients are those of the
     full computation, and padded keys still get no gradient."""
     lengths = torch.tensor([5, 13, 2, 9] if order == "shuffled" else [13, 9, 5, 2])
     b, n = len(lengths), int(lengths.max())
@@ -112,9 +114,9 @@ def test_skipping_the_padding_keeps_real_outputs_and_every_gradient(name, order)
     params = [] if param is None else [param, param + 0.5 * torch.randn_like(param)]
     chunk_bytes = 2 * one_token(name, b)  # chunks of 2 tokens: sequences end inside chunks and between them
     runs = []
-    for given in (None, lengths):
+    for skip in (False, True):
         leaves = [t.clone().requires_grad_(True) for t in (q, k, v, *params)]
-        out = fused(name, *leaves[:3], mask, *(leaves[3:] or [None, None]), chunk_bytes, lengths=given)
+        out = fused(name, *leaves[:3], mask, *(leaves[3:] or [None, None]), chunk_bytes, skip=skip)
         (out * mask[:, None, :, None] * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
         runs.append((out, [t.grad for t in leaves]))
     (full, full_grads), (skipped, grads) = runs
@@ -123,6 +125,8 @@ def test_skipping_the_padding_keeps_real_outputs_and_every_gradient(name, order)
     for a, g, what in zip(full_grads, grads, ["q", "k", "v", "param q", "param k"]):
         assert_close(a, g, ratio=1e-12, what=f"grad {what}")
     assert not grads[1].mul(~real).ne(0).any()  # padded keys: no gradient
+    shortest = int(lengths.argmin())  # 2 tokens: every later chunk is skipped, so its padded queries get 0
+    assert not skipped[shortest, :, 2:].any() and bool(full[shortest, :, 2:].ne(0).any())
 
 
 MODULES = {"based": ("based", {}), "polysketch": ("polysketch", {}),
@@ -207,7 +211,7 @@ def test_head_major_sketch_with_several_factors_terms_and_length_groups_matches_
         if fast:
             out = chunked_kernel_attention(*leaves[:2], values_and_ones(leaves[2], mask), *leaves[3:],
                                            partial(ChunkSketch, square=True), eps=1e-6, chunk_bytes=b * H * 8 * 30 * 3,
-                                           lengths=lengths)
+                                           key_padding_mask=mask)
         else:
             phi_q, phi_k = (naive_polynomial_sketch(x, t, True) for x, t in zip(leaves[:2], leaves[3:]))
             out = naive_kernel_attention(phi_q, phi_k, leaves[2], mask, eps=1e-6)

@@ -13,7 +13,7 @@ import attention_zoo
 from attention_zoo._chunked_attention import chunked_kernel_attention
 from attention_zoo._sketch import ChunkSketch
 from attention_zoo.based import BasedAttention, taylor_feature_map
-from attention_zoo.kernel import kernel_attention, naive_kernel_attention, prefix_lengths, values_and_ones
+from attention_zoo.kernel import kernel_attention, naive_kernel_attention, values_and_ones
 from attention_zoo.llops import LLoPSAttention, naive_polynomial_sketch, polynomial_sketch
 from tests.conftest import assert_close, random_qkv_mask
 
@@ -110,7 +110,7 @@ def test_llops_rescaling_is_exact_at_ordinary_scale(path):
         else:
             out = chunked_kernel_attention(*leaves[:2], values_and_ones(leaves[2], mask), llops.theta_q, llops.theta_k,
                                            partial(ChunkSketch, square=llops.square), eps=llops.eps,
-                                           lengths=prefix_lengths(mask))  # the same groups: the same sums
+                                           key_padding_mask=mask)  # the same length groups: the same sums
         (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
         results.append([out] + [t.grad for t in leaves] + [p.grad.clone() for p in llops.parameters()])
     assert all(torch.equal(a, b) for a, b in zip(*results))
