@@ -65,11 +65,11 @@ def thp_mode() -> str:
 def child(args) -> None:
     """One case: ``args.steps`` timed training steps; prints one JSON line."""
     import pytorch_lightning as pl
-    import torch
 
     from lra.allocator import release_freed_memory, reuse_freed_memory
     from lra.build import build
     from lra.config import compose
+    from lra.optimizer import adamw
 
     cfg = compose([f"task={args.task}", f"attention={args.attention}", *args.overrides])
     if cfg["reuse_freed_memory"]:
@@ -77,7 +77,7 @@ def child(args) -> None:
     pl.seed_everything(cfg["seed"], verbose=False)
     built = build(cfg)
     model = built.model
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    optimizer = adamw(model.parameters(), lr=1e-4)
     cpu, faults = [], []
     for step, batch in enumerate(built.datamodule.train_dataloader()):
         if step == args.steps:

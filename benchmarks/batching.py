@@ -31,6 +31,7 @@ from lra.checks import check_config
 from lra.config import compose
 from lra.data import SequenceDataset, pad_batch
 from lra.errors import UserError
+from lra.optimizer import adamw
 from lra.sampling import EpochSampler, LengthGroupedSampler
 
 POOLS = (1, 5, 10, 20, 50, 100)
@@ -68,9 +69,7 @@ def train_steps(cfg: dict, batches: dict[str, list[dict]], warmup: int = 1) -> d
     each, the orders alternating (each order's first ``warmup`` batches are run once untimed). CPU time is what
     the step costs however busy the machine; wall time counts the time other processes held the cores."""
     model = build_model(cfg, len(VOCAB), NUM_CLASSES).train()
-    optim = cfg["task"]["optim"]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=optim["lr"], betas=tuple(optim["betas"]), eps=optim["eps"],
-                                  weight_decay=optim["weight_decay"])
+    optimizer = adamw(model.parameters(), cfg["task"]["optim"])
 
     def step(batch: dict) -> tuple[float, float]:
         cpu, wall = time.process_time(), time.perf_counter()

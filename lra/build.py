@@ -73,11 +73,11 @@ def example_batch(cfg: dict[str, Any], batch_size: int, vocab_size: int, generat
 def plain_training(cfg: dict[str, Any], lr: float = 1e-4):
     """The task's data (set up) and model (train mode) of ``cfg`` and ``step(batch)``: one forward, loss, backward
     and AdamW update outside Lightning, the model's own cost (probes and ``benchmarks.ar_step``)."""
-    import torch
+    from .optimizer import adamw
 
     built = build(cfg)
     model = built.model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    optimizer = adamw(model.parameters(), lr=lr)
 
     def step(batch) -> None:
         loss = model.model_step(batch)[0]

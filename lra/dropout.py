@@ -1,30 +1,33 @@
 """Inverted dropout with 16-bit CPU masks, applied by multiplication.
 
 ``torch.nn.Dropout`` on the CPU fills a float mask with ``bernoulli_`` (one Mersenne-Twister draw and a
-float compare per element, ~8.5 ns) and was ~40% of everything outside attention. Here each 64-bit draw
-(``random_`` over the full int64 range) is cut into four 16-bit words and an element is kept when its word
-is at least ``round(p * 2**16)`` (:func:`keep_mask`, ~1.8 ns an element); 16 random bits an element is what
-a rate within ``2**-16`` of any ``p`` needs, and a vectorised counter hash in torch's integer ops measured no
-cheaper than the Mersenne Twister. The mask is applied by multiplying with a float copy holding 0 or
-``1 / (1 - p)`` (:func:`keep_factor`; ``masked_fill_`` and ``where`` with a bool mask are 3-5x slower than a
-multiply), so a residual's dropout is one ``addcmul``. Backward needs only which elements
-were kept: a bool mask is saved (a byte an element; ``nn.Dropout`` keeps a float mask, four).
+float compare per element, ~8.5 ns) and was ~40% of everything outside attention. Here a mask is cut from
+16-bit words: an element is kept when its word is at least ``round(p * 2**16)`` (:func:`keep_mask`); 16 random
+bits an element is what a rate within ``2**-16`` of any ``p`` needs. The words come from numpy's SFC64 (a
+small chaotic generator that passes BigCrush and PractRand), about twice as fast on the CPU as torch's
+Mersenne Twister, seeded for each mask by one draw from torch's default generator: ``seed_everything`` and the
+RNG state saved in checkpoints make every mask reproducible and resumable, and a recomputed block
+(``torch.utils.checkpoint``) draws the same masks again. The comparison is a ``clamp`` to the two words around
+the threshold (a vectorised integer op; torch's comparison into a bool tensor was ~3x slower). The mask is
+applied by multiplying with a float copy holding 0 or ``1 / (1 - p)`` (:func:`keep_factor`; ``masked_fill_``
+and ``where`` with a bool mask are 3-5x slower than a multiply), so a residual's dropout is one ``addcmul``.
+Backward needs only which elements were kept: a bool mask is saved (a byte an element; ``nn.Dropout`` keeps a
+float mask, four).
 
 The drop rate is ``round(p * 2**16) / 2**16`` (0.100006 for p = 0.1: within ``2**-17`` of ``p``), exactly for
 every element (the words are uniform), and the kept values are scaled by its complement, so the layer stays
-unbiased. Draws come from torch's default generator: ``seed_everything`` and the RNG state saved in
-checkpoints make them reproducible and resumable, and a recomputed block (``torch.utils.checkpoint``) draws
-them again. Other devices (where dropout is a fused kernel already) use ``torch.nn.functional.dropout``.
+unbiased. Other devices (where dropout is a fused kernel already) use ``torch.nn.functional.dropout``.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 _WORDS = 1 << 16  # values of one 16-bit word
-_INT64_MIN = -(1 << 63)
+_SEEDS = 1 << 62  # a mask's generator is seeded with one of these, drawn from torch's default generator
 
 
 def drop_threshold(p: float) -> int:
@@ -42,17 +45,27 @@ def keep_scale(p: float) -> float:
     return 1.0 / (1.0 - effective_p(p))
 
 
+def random_words(count: int) -> Tensor:
+    """``count`` uniform int16 words (CPU): SFC64 seeded by one draw from torch's default generator."""
+    seed = int(torch.randint(_SEEDS, (), dtype=torch.int64))
+    draws = np.random.SFC64(seed).random_raw((count + 3) // 4)  # four words a 64-bit draw
+    return torch.from_numpy(draws.view(np.int16)[:count])
+
+
 def keep_mask(shape: torch.Size, p: float, device: torch.device) -> Tensor:
-    """Bool mask of ``shape``: True (kept) with probability ``1 - effective_p(p)``, four elements per 64-bit draw."""
-    numel = shape.numel()
-    words = torch.empty((numel + 3) // 4, dtype=torch.int64, device=device).random_(_INT64_MIN, None)
-    return words.view(torch.int16)[:numel].view(shape) >= drop_threshold(p) - _WORDS // 2
+    """Bool mask of ``shape``: True (kept) with probability ``1 - effective_p(p)``."""
+    cut = drop_threshold(p) - _WORDS // 2  # int16 words at or above it keep their element
+    if cut <= -_WORDS // 2 or cut >= _WORDS // 2:  # nothing dropped, or everything: no draw
+        return torch.full(shape, cut < 0, dtype=torch.bool, device=device)
+    kept = random_words(shape.numel()).clamp_(cut - 1, cut).sub_(cut - 1)  # 1 where kept, else 0
+    return kept.to(device=device, dtype=torch.bool).view(shape)
 
 
 def _kept_times(kept: Tensor, value: float, dtype: torch.dtype) -> Tensor:
-    """``value`` where ``kept``, else 0, in ``dtype``: one pass over the mask's bytes (a bool tensor's bytes are
-    0/1 uint8; ``value`` as a 0-dim ``dtype`` tensor sets the result's type)."""
-    return torch.mul(kept.view(torch.uint8), torch.tensor(value, dtype=dtype, device=kept.device))
+    """``value`` where ``kept``, else 0, in ``dtype``: a bool tensor's bytes are 0/1 ``uint8``, converted and then
+    scaled in place (vectorised; multiplying the bytes by a float tensor takes the slower mixed-type path)."""
+    ones = kept.view(torch.uint8).to(dtype)
+    return ones if value == 1.0 else ones.mul_(value)
 
 
 def keep_factor(kept: Tensor, scale: float, dtype: torch.dtype) -> Tensor:

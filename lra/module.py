@@ -17,6 +17,7 @@ import attention_zoo
 from .attention_options import check_type
 from .errors import UserError
 from .model import ClassifierHead, Encoder
+from .optimizer import adamw
 from .schedules import lr_multiplier, scheduler
 
 
@@ -163,7 +164,6 @@ class ClassificationModule(pl.LightningModule):
     def configure_optimizers(self):
         optim = self.cfg["task"]["optim"]
         total = self.trainer.max_steps if self.trainer.max_steps > 0 else optim["warmup_steps"] + 1
-        optimizer = torch.optim.AdamW(self.parameters(), lr=optim["lr"], betas=tuple(optim["betas"]),
-                                      eps=optim["eps"], weight_decay=optim["weight_decay"])
+        optimizer = adamw(self.parameters(), optim)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler(optimizer, optim, total),
                                                          "interval": "step"}}

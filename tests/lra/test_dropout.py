@@ -12,11 +12,13 @@ from lra.dropout import (
     Dropout,
     add_masked,
     apply_mask,
+    drop_threshold,
     dropout,
     effective_p,
     keep_factor,
     keep_mask,
     keep_scale,
+    random_words,
     uses_cheap_masks,
 )
 from tests.conftest import assert_within_rounding
@@ -45,6 +47,34 @@ def test_masks_are_a_function_of_the_rng_state_and_resume_from_it():
     torch.set_rng_state(state)  # as a resumed run restores it from its checkpoint
     assert torch.equal(keep_mask(torch.Size([3, 1001]), 0.1, CPU), second)
     assert not torch.equal(first, second)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 1e-3, 0.99])
+def test_a_mask_keeps_exactly_the_words_at_or_above_the_cut(p):
+    """The clamp that makes the mask is the comparison ``word >= round(p * 2**16) - 2**15`` of the same words."""
+    torch.manual_seed(5)
+    words = random_words(5000)
+    torch.manual_seed(5)
+    kept = keep_mask(torch.Size([50, 100]), p, CPU)
+    assert torch.equal(kept, (words >= drop_threshold(p) - 2**15).view(50, 100))
+    assert 0 < int(kept.sum()) < 5000
+
+
+@pytest.mark.parametrize(("p", "kept"), [(2.0**-18, True), (1 - 2.0**-18, False)])
+def test_a_rate_that_rounds_to_none_or_all_draws_nothing(p, kept):
+    torch.manual_seed(0)
+    state = torch.get_rng_state()
+    assert (keep_mask(torch.Size([4, 5]), p, CPU) == kept).all()
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_the_words_are_uniform_16_bit_values():
+    torch.manual_seed(1)
+    words = random_words(1 << 20).long() + 2**15  # 0 .. 2**16 - 1
+    assert words.min() >= 0 and words.max() < 2**16
+    counts = torch.bincount(words >> 10, minlength=64).double()  # 64 bins of 1,024 words
+    expected = (1 << 20) / 64
+    assert float(((counts - expected) ** 2 / expected).sum()) < 63 + 6 * math.sqrt(2 * 63)  # chi-square, 63 dof
 
 
 def test_neighbouring_elements_are_uncorrelated():
