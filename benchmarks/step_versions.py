@@ -6,10 +6,11 @@ two versions taking turns, does not. ``lra/`` at ``REV`` is unpacked (``git arch
 imported under another name; both versions build the encoder of ``python run.py task=<task>`` (the full
 protocol's shapes unless overrides say otherwise) with every attention a pass-through (``out = v``, as in
 ``benchmarks.step``) from the same seed, and each round times one training step of each (forward, backward,
-AdamW) on the same batch of full-length tokens, in the thread's CPU time (one intra-op thread, so time spent
-waiting for a core is not counted). The same is done for dropout alone (the ``Dropout`` module, forward and
-backward, on a ``(tokens, ffn_dim)`` tensor) and for drawing its bool masks (each version's mask function;
-``bernoulli``: this tree's against ``nn.Dropout``'s ``bernoulli_`` draw). Prints
+AdamW, each version's: fused on the CPU where its ``lra.optimizer`` has it) on the same batch of full-length
+tokens, in the thread's CPU time (one intra-op thread, so time spent waiting for a core is not counted; with
+``--threads 2`` in wall time, which needs idle cores). The same is done for dropout alone (the ``Dropout``
+module, forward and backward, on a ``(tokens, ffn_dim)`` tensor) and for drawing its bool masks (each version's
+mask function; ``bernoulli``: this tree's against ``nn.Dropout``'s ``bernoulli_`` draw). Prints
 each version's median microseconds a token (masks and dropout: nanoseconds an element) and the median of the
 per-round ratios (this tree / REV). A benchmark, not a test: it writes nothing.
 """
@@ -34,6 +35,7 @@ import torch
 
 import lra.dropout
 import lra.model
+import lra.optimizer
 from benchmarks.step import PassThrough
 from lra.allocator import reuse_freed_memory
 from lra.config import compose
@@ -56,11 +58,14 @@ def load_lra_at(rev: str, folder: Path) -> ModuleType:
     name = "lra_at_" + "".join(c if c.isalnum() else "_" for c in rev)
     spec = importlib.util.spec_from_file_location(name, folder / "lra" / "__init__.py",
                                                   submodule_search_locations=[str(folder / "lra")])
+    for stale in [m for m in sys.modules if m == name or m.startswith(name + ".")]:  # an earlier call's
+        del sys.modules[stale]
     package = importlib.util.module_from_spec(spec)
     sys.modules[name] = package
     spec.loader.exec_module(package)
-    for part in ("model", "dropout"):
-        importlib.import_module(f"{name}.{part}")
+    for part in ("model", "dropout", "optimizer"):
+        if (folder / "lra" / f"{part}.py").exists():
+            importlib.import_module(f"{name}.{part}")
     return package
 
 
@@ -74,10 +79,14 @@ def build(model_module: ModuleType, cfg: dict, seed: int = 0) -> torch.nn.Module
                                 qkv_dim=model.get("qkv_dim"))
 
 
-def training_step(encoder: torch.nn.Module, tokens: torch.Tensor, lengths: torch.Tensor) -> Callable[[], None]:
-    """One forward, backward and AdamW step of ``encoder`` with a linear read-out, as a function."""
+def training_step(version: ModuleType, encoder: torch.nn.Module, tokens: torch.Tensor,
+                  lengths: torch.Tensor) -> Callable[[], None]:
+    """One forward, backward and AdamW step of ``encoder`` with a linear read-out, as a function; AdamW as
+    ``version`` (an ``lra`` package) builds it (torch's default before ``lra.optimizer``)."""
     head = torch.nn.Linear(encoder.norm.normalized_shape[0], 10)
-    optimizer = torch.optim.AdamW([*encoder.parameters(), *head.parameters()], lr=1e-4)
+    params = [*encoder.parameters(), *head.parameters()]
+    optimizer = version.optimizer.adamw(params, lr=1e-4) if hasattr(version, "optimizer") else \
+        torch.optim.AdamW(params, lr=1e-4)
     labels = torch.arange(tokens.shape[0]) % 10
 
     def step() -> None:
@@ -111,15 +120,15 @@ def bernoulli_draw(shape: tuple[int, int], p: float) -> Callable[[], None]:
 
 
 def compare(name: str, unit: str, per: int, new: Callable[[], None], old: Callable[[], None], rounds: int,
-            warmup: int) -> dict:
-    """Time ``new`` and ``old`` in turns (thread CPU time), ``rounds`` times after ``warmup``."""
+            warmup: int, clock: Callable[[], float] = time.thread_time) -> dict:
+    """Time ``new`` and ``old`` in turns (by ``clock``), ``rounds`` times after ``warmup``."""
     times: dict[str, list[float]] = {"new": [], "old": []}
     for i in range(warmup + rounds):
         for label, fn in (("new", new), ("old", old)) if i % 2 == 0 else (("old", old), ("new", new)):
-            start = time.thread_time()
+            start = clock()
             fn()
             if i >= warmup:
-                times[label].append(time.thread_time() - start)
+                times[label].append(clock() - start)
     scale = (1e6 if unit == "us" else 1e9) / per
     ratios = [a / b for a, b in zip(times["new"], times["old"])]
     return {"what": name, "unit": f"{unit}/{'token' if unit == 'us' else 'element'}",
@@ -135,9 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7, help="timed rounds (median reported)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--parts", nargs="+", default=PARTS, choices=PARTS)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="intra-op threads (default 1, timed in thread CPU time; more: wall time, idle cores)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model.dropout=0.2")
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)  # thread CPU time counts one thread
+    torch.set_num_threads(args.threads)
     reuse_freed_memory()
     try:
         cfg = compose([f"task={args.task}", "attention=linear", *args.overrides])
@@ -147,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"this tree against {args.against}: {args.task}, batch {args.batch}, one thread, medians of "
+    threads = "one thread (CPU time)" if args.threads == 1 else f"{args.threads} threads (wall time)"
+    print(f"this tree against {args.against}: {args.task}, batch {args.batch}, {threads}, medians of "
           f"{args.rounds} rounds (ratio: this tree / {args.against}, min-max over rounds)")
     for r in rows:
         print(f"{r['what']:>8}: {r['this_tree']:8.3f} vs {r['against']:8.3f} {r['unit']:<10} "
@@ -159,24 +171,25 @@ def run_parts(args, cfg: dict, old: ModuleType) -> list[dict]:
     length = int(cfg["task"].get("seq_len", cfg["task"]["max_len"]))
     p, hidden = float(cfg["model"]["dropout"]), int(cfg["model"]["ffn_dim"])
     tokens = args.batch * length
+    clock = time.thread_time if args.threads == 1 else time.perf_counter  # one thread's CPU time misses the others'
     rows = []
     if "masks" in args.parts:
         shape = (tokens, hidden)
         rows.append(compare("masks", "ns", tokens * hidden, mask_draw(lra.dropout, shape, p),
-                            mask_draw(old.dropout, shape, p), args.rounds, args.warmup))
+                            mask_draw(old.dropout, shape, p), args.rounds, args.warmup, clock))
     if "bernoulli" in args.parts:  # against nn.Dropout's masks rather than REV's
         shape = (tokens, hidden)
         rows.append(compare("bernoulli", "ns", tokens * hidden, mask_draw(lra.dropout, shape, p),
-                            bernoulli_draw(shape, p), args.rounds, args.warmup))
+                            bernoulli_draw(shape, p), args.rounds, args.warmup, clock))
     if "dropout" in args.parts:
         shape = (tokens, hidden)
         rows.append(compare("dropout", "ns", tokens * hidden, dropout_pass(lra.dropout, shape, p),
-                            dropout_pass(old.dropout, shape, p), args.rounds, args.warmup))
+                            dropout_pass(old.dropout, shape, p), args.rounds, args.warmup, clock))
     if "step" in args.parts:
         ids = torch.randint(1, 256, (args.batch, length), generator=torch.Generator().manual_seed(0))
         lengths = torch.full((args.batch,), length)
-        rows.append(compare("step", "us", tokens, training_step(build(lra.model, cfg), ids, lengths),
-                            training_step(build(old.model, cfg), ids, lengths), args.rounds, args.warmup))
+        rows.append(compare("step", "us", tokens, training_step(lra, build(lra.model, cfg), ids, lengths),
+                            training_step(old, build(old.model, cfg), ids, lengths), args.rounds, args.warmup, clock))
     return rows
 
 

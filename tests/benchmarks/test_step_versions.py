@@ -23,6 +23,12 @@ def test_this_tree_against_head_prints_every_part_with_a_ratio(capsys):
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git to unpack the revision")
+def test_two_threads_are_timed_by_the_wall_clock(capsys):
+    assert step_versions.main(["--against", "HEAD", "--threads", "2", "--parts", "step", *TINY]) == 0
+    assert "2 threads (wall time)" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git to unpack the revision")
 def test_an_unknown_revision_is_refused_by_name(capsys):
     assert step_versions.main(["--against", "no-such-revision-31", *TINY]) == 2
     err = capsys.readouterr().err
