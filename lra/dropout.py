@@ -1,18 +1,18 @@
 """Inverted dropout with 16-bit CPU masks, applied by multiplication.
 
-``torch.nn.Dropout`` on the CPU fills a float mask with ``bernoulli_`` (one Mersenne-Twister draw and a
-float compare per element, ~8.5 ns) and was ~40% of everything outside attention. Here a mask is cut from
-16-bit words: an element is kept when its word is at least ``round(p * 2**16)`` (:func:`keep_mask`); 16 random
-bits an element is what a rate within ``2**-16`` of any ``p`` needs. The words come from numpy's SFC64 (a
-small chaotic generator that passes BigCrush and PractRand; numpy keeps its stream fixed across versions, NEP 19),
-about twice as fast on the CPU as torch's Mersenne Twister, seeded for each mask by one draw from torch's default
-generator: ``seed_everything`` and the RNG state saved in checkpoints make every mask reproducible and resumable,
-and a recomputed block (``torch.utils.checkpoint``) draws the same masks again. The comparison is a ``clamp`` to the two words around
-the threshold (a vectorised integer op; torch's comparison into a bool tensor was ~3x slower). The mask is
-applied by multiplying with a float copy holding 0 or ``1 / (1 - p)`` (:func:`keep_factor`; ``masked_fill_``
-and ``where`` with a bool mask are 3-5x slower than a multiply), so a residual's dropout is one ``addcmul``.
-Backward needs only which elements were kept: a bool mask is saved (a byte an element; ``nn.Dropout`` keeps a
-float mask, four).
+``torch.nn.Dropout`` on the CPU fills a float mask with ``bernoulli_`` (one Mersenne-Twister draw and a float
+compare per element, ~8.5 ns) and was ~40% of everything outside attention. Here a mask is cut from 16-bit words:
+an element is kept when its word is at least ``round(p * 2**16)`` (:func:`keep_mask`); 16 random bits an element is
+what a rate within ``2**-16`` of any ``p`` needs. The words come from numpy's SFC64 (a small chaotic generator that
+passes BigCrush and PractRand; integer arithmetic only, so every CPU draws the same), about twice as fast on the
+CPU as torch's Mersenne Twister, seeded for each mask by one draw from torch's default generator:
+``seed_everything`` and the RNG state saved in checkpoints make every mask reproducible and resumable, and a
+recomputed block (``torch.utils.checkpoint``) draws the same masks again. The comparison is a ``clamp`` to the two
+words around the threshold (a vectorised integer op; torch's comparison into a bool tensor was ~3x slower). The
+mask is applied by multiplying with a float copy holding 0 or ``1 / (1 - p)`` (:func:`keep_factor`;
+``masked_fill_`` and ``where`` with a bool mask are 3-5x slower than a multiply), so a residual's dropout is one
+``addcmul``. Backward needs only which elements were kept: a bool mask is saved (a byte an element; ``nn.Dropout``
+keeps a float mask, four).
 
 The drop rate is ``round(p * 2**16) / 2**16`` (0.100006 for p = 0.1: within ``2**-17`` of ``p``), exactly for
 every element (the words are uniform), and the kept values are scaled by its complement, so the layer stays
