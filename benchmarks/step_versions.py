@@ -20,11 +20,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
-import io
 import statistics
-import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -36,25 +33,19 @@ import torch
 import lra.dropout
 import lra.model
 import lra.optimizer
+from benchmarks.revision import unpack
 from benchmarks.step import PassThrough
 from lra.allocator import reuse_freed_memory
 from lra.config import compose
 from lra.errors import UserError
 
-ROOT = Path(__file__).resolve().parents[1]
 MASK_FUNCTIONS = ("keep_mask", "drop_mask")  # lra.dropout's mask function, by its name at each revision
 PARTS = ["masks", "bernoulli", "dropout", "step"]
 
 
 def load_lra_at(rev: str, folder: Path) -> ModuleType:
     """``lra`` as it is at git revision ``rev``, unpacked under ``folder`` and imported as ``lra_at_<rev>``."""
-    done = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "lra"], capture_output=True)
-    if done.returncode != 0:
-        raise UserError(f"--against {rev}: git archive failed ({done.stderr.decode().strip()}); give a commit of "
-                        f"this repository")
-    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
-        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python's own check, where it has one
-        archive.extractall(folder, **safe)
+    unpack(rev, folder, ["lra"])
     name = "lra_at_" + "".join(c if c.isalnum() else "_" for c in rev)
     spec = importlib.util.spec_from_file_location(name, folder / "lra" / "__init__.py",
                                                   submodule_search_locations=[str(folder / "lra")])

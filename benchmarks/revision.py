@@ -1,0 +1,31 @@
+"""A git revision's files in a folder, for the benchmarks that compare this tree with another version."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import tarfile
+from pathlib import Path
+
+from lra.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def unpack(rev: str, folder: Path, paths: list[str]) -> list[str]:
+    """Write ``paths`` (folders or files of this repository) as they are at ``rev`` under ``folder``
+    (``git archive``); returns the paths that exist there (a path absent at ``rev`` is left out)."""
+    known = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+                           capture_output=True)
+    if known.returncode != 0:
+        raise UserError(f"--against {rev}: not a revision git knows here; give a commit of this repository")
+    present = [p for p in paths if subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{rev}:{p}"],
+                                                   capture_output=True).returncode == 0]
+    done = subprocess.run(["git", "-C", str(ROOT), "archive", rev, *present], capture_output=True)
+    if done.returncode != 0 or not present:
+        reason = done.stderr.decode().strip() or f"it has none of {', '.join(paths)}"
+        raise UserError(f"--against {rev}: git archive failed ({reason}); give a commit of this repository")
+    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python's own check, where it has one
+        archive.extractall(folder, **safe)
+    return present

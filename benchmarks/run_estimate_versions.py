@@ -1,0 +1,113 @@
+"""The whole-run estimate, this tree against a git revision, the two taking turns:
+``python -m benchmarks.run_estimate_versions --against REV [--rounds N] [--attentions llops]``.
+
+One ``benchmarks.run_estimate`` moves by 10-20% between windows of these machines (README, "Whole run"), more
+than a code change worth measuring; two estimates taken back to back share their window. ``REV``'s code (``lra``,
+``attention_zoo``, ``benchmarks``, ``conf``, ``data_prep``, ``run.py``) is unpacked with ``git archive`` into a
+temporary folder, and each round runs ``python -m benchmarks.run_estimate`` once from there and once from this tree,
+each in a fresh process with the same options, overrides and data (the order alternates: ABBA). Reported per
+attention: each version's median total (wall minutes) and wall / floor (the floor as each version counts it, at
+that run's own GEMM rate), and the median and range of the rounds' paired ratios (this tree / REV). Both use the
+threads ``run_estimate`` uses, so wall times need idle cores. Writes ``run_estimate_versions.csv`` (every run's
+row) under ``outputs/tables/bench/`` (``--committed``: ``results/tables/bench/``). A benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks.revision import ROOT, unpack
+from lra.atomic import write_atomic
+from lra.errors import UserError
+from lra.outputs import BENCH
+
+CODE = ["lra", "attention_zoo", "benchmarks", "conf", "data_prep", "run.py"]
+
+
+def absolute_data_dir(overrides: list[str]) -> list[str]:
+    """``overrides`` with ``data_dir`` made absolute (the revision runs from another folder); ``data`` by default."""
+    given = [o for o in overrides if o.startswith("data_dir=")]
+    data_dir = Path(given[-1].split("=", 1)[1] if given else "data").expanduser()
+    return [o for o in overrides if o not in given] + [f"data_dir={data_dir.resolve()}"]
+
+
+def estimate(folder: Path, out: Path, args) -> list[dict]:
+    """One ``run_estimate`` in a fresh process from ``folder``, its CSV's rows."""
+    import pandas as pd
+
+    command = [sys.executable, "-m", "benchmarks.run_estimate", "--attentions", *args.attentions,
+               "--steps", str(args.steps), "--out", str(out), *args.overrides]
+    env = {**os.environ, "PYTHONPATH": str(folder)}
+    done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise UserError(f"run_estimate from {folder} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+    return pd.read_csv(out / "run_estimate.csv").to_dict("records")
+
+
+def summarise(rows: list[dict], against: str) -> list[str]:
+    """One line per attention: each version's median total and wall / floor, the paired ratios."""
+    lines = []
+    for attention in dict.fromkeys(r["attention"] for r in rows):
+        mine = [r for r in rows if r["attention"] == attention]
+        by_round = {}
+        for r in mine:
+            by_round.setdefault(r["round"], {})[r["version"]] = r["total_min"]
+        ratios = [v["this tree"] / v[against] for v in by_round.values() if len(v) == 2]
+        parts = []
+        for version in ("this tree", against):
+            runs = [r for r in mine if r["version"] == version]
+            parts.append(f"{version} {statistics.median(r['total_min'] for r in runs):.1f} min "
+                         f"({statistics.median(r['total_min'] / r['floor_min'] for r in runs):.2f}x its floor)")
+        lines.append(f"{attention:>8}: {' vs '.join(parts)}; ratio {statistics.median(ratios):.3f} "
+                     f"({min(ratios):.3f}-{max(ratios):.3f} over {len(ratios)} rounds)")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    import pandas as pd
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run_estimate_versions",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--against", required=True, help="git revision to compare with")
+    parser.add_argument("--attentions", nargs="+", default=["llops"])
+    parser.add_argument("--rounds", type=int, default=3, help="pairs of runs (default 3)")
+    parser.add_argument("--steps", type=int, default=3, help="run_estimate's timed training steps (median)")
+    BENCH.add_to(parser)
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for both versions, e.g. data_dir=...")
+    args = parser.parse_args(argv)
+    args.out = BENCH.choose(parser, args)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    args.overrides = absolute_data_dir(args.overrides)
+    rows = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            old = Path(tmp) / "revision"
+            unpack(args.against, old, CODE)
+            for i in range(args.rounds):
+                pair = [("this tree", ROOT), (args.against, old)]
+                for version, folder in pair if i % 2 else pair[::-1]:
+                    for row in estimate(folder, Path(tmp) / f"{i}-{folder.name}", args):
+                        rows.append({"round": i, "version": version, **row})
+                        print(f"round {i + 1}, {version}: {row['attention']} {row['total_min']:.1f} min "
+                              f"(floor {row['floor_min']:.1f} at {row['gemm_gflops']:.1f} GFLOP/s)", flush=True)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"whole-run estimate, this tree against {args.against}, medians of {args.rounds} rounds "
+          f"(ratio: this tree / {args.against}, min-max over rounds):")
+    print("\n".join(summarise(rows, args.against)))
+    out = Path(args.out)
+    write_atomic(out / "run_estimate_versions.csv", pd.DataFrame(rows).to_csv(index=False))
+    print(f"wrote {out / 'run_estimate_versions.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

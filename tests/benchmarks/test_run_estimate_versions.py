@@ -1,0 +1,43 @@
+"""The paired whole-run estimate runs both versions end to end on a tiny ListOps (no timing is asserted)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from benchmarks import run_estimate_versions
+from tests.benchmarks.test_run_estimate import TINY
+
+needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="needs git to unpack the revision")
+
+
+@needs_git
+def test_this_tree_against_head_pairs_one_run_of_each(tmp_path, capsys):
+    code = run_estimate_versions.main(["--against", "HEAD", "--rounds", "1", "--steps", "1", "--attentions",
+                                       "linear", "--out", str(tmp_path / "out"), "experiment=quick",
+                                       f"data_dir={tmp_path / 'data'}", "task.max_steps=20", "task.eval_every=10",
+                                       "task.batch_size=8", *TINY])
+    assert code == 0
+    frame = pd.read_csv(tmp_path / "out" / "run_estimate_versions.csv")
+    assert sorted(frame.version) == ["HEAD", "this tree"]
+    assert (frame["round"] == 0).all() and (frame.attention == "linear").all()
+    assert (frame.total_min > 0).all() and (frame.floor_min > 0).all()
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("linear:"))
+    assert "this tree" in line and "HEAD" in line and "over 1 rounds" in line
+
+
+def test_data_dir_is_made_absolute_for_the_revision_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert run_estimate_versions.absolute_data_dir(["a=1"]) == ["a=1", f"data_dir={tmp_path / 'data'}"]
+    assert run_estimate_versions.absolute_data_dir(["data_dir=d", "b=2"]) == ["b=2", f"data_dir={tmp_path / 'd'}"]
+    assert Path(run_estimate_versions.absolute_data_dir([])[0].split("=", 1)[1]).is_absolute()
+
+
+@needs_git
+def test_an_unknown_revision_is_refused_by_name(capsys):
+    assert run_estimate_versions.main(["--against", "no-such-revision-31"]) == 2
+    err = capsys.readouterr().err
+    assert "--against no-such-revision-31" in err and "give a commit" in err
