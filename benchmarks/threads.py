@@ -9,7 +9,9 @@ libgomp's own default when neither is set is 300000, about 3 ms), and a first ca
 ``python run.py task=listops attention=<a> experiment=quick task.max_steps=<steps>`` in a fresh process
 (outputs under a temporary folder) with ``OMP_NUM_THREADS`` and the policy set, once with the machine as it
 is ("idle": run it on a quiet machine) and once beside a one-thread busy loop ("busy"). Reports the whole
-command's wall time and the training time the run records (``fit_time_s``: steps and their validations).
+command's wall time and the training time the run records (``fit_time_s``: steps and their validations), and for
+the suite's own case the thread counts it switched to (``choices``, from its log: "1 (0.6)" = one thread while
+others kept 0.6 cores busy; empty: it kept torch's default). ``--repeats N`` runs every case N times.
 Writes ``threads.csv``. A benchmark, not a test.
 """
 
@@ -20,6 +22,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -31,6 +34,7 @@ from lra.atomic import write_atomic
 from lra.outputs import BENCH
 
 ROOT = Path(__file__).resolve().parents[1]
+CHOICE = re.compile(r"threads: (\d+) \(other processes keep ([0-9.]+) of")  # lra.threads' log line
 SPIN = "import itertools\nfor _ in itertools.count():\n    pass\n"  # one core busy, no OpenMP
 
 
@@ -78,8 +82,10 @@ def run_case(attention: str, steps: int, threads: int | None, policy: str, kind:
         wall = time.perf_counter() - start
         record = run_dir / "result.json"
         fit = json.loads(record.read_text()).get("fit_time_s") if record.exists() else None
+        log = run_dir / "run.log"
+        choices = "; ".join(f"{n} ({b})" for n, b in CHOICE.findall(log.read_text())) if log.exists() else ""
     row = {"attention": attention, "steps": steps, "threads": "auto" if threads is None else threads,
-           "policy": policy, "load": kind,
+           "policy": policy, "load": kind, "choices": choices,
            "wall_s": wall, "fit_s": fit, "status": "ok" if done.returncode == 0 else f"exit {done.returncode}"}
     if done.returncode:
         row["status"] += ": " + (done.stderr.strip().splitlines() or [""])[-1][:200]
@@ -97,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="PASSIVE, ACTIVE or spin:N (GOMP_SPINCOUNT=N); the first is used for one thread. "
                              "A first case always runs with none of them set: the suite's own choice")
     parser.add_argument("--loads", nargs="+", default=["idle", "busy"], choices=["idle", "busy"])
+    parser.add_argument("--repeats", type=int, default=1, help="runs of every case (default 1)")
     BENCH.add_to(parser)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every case")
     args = parser.parse_args(argv)
@@ -104,12 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     cases = [(None, "suite")] + [(t, p) for t, p in itertools.product(args.threads, args.policies)
                                  if t > 1 or p == args.policies[0]]  # one thread never waits at a barrier
     rows = []
-    for kind, (threads, policy) in itertools.product(args.loads, cases):
+    for _, kind, (threads, policy) in itertools.product(range(args.repeats), args.loads, cases):
         rows.append(run_case(args.attention, args.steps, threads, policy, kind, args.overrides))
         r = rows[-1]
         fit = f"{r['fit_s']:.1f}" if r["fit_s"] is not None else "-"
+        chose = f" (chose {r['choices']})" if r["choices"] else ""
         print(f"{kind:>5} {r['threads']} thread(s) {policy:>12}: {r['wall_s']:6.1f} s command, {fit} s training"
-              f"  {r['status'] if r['status'] != 'ok' else ''}", flush=True)
+              f"{chose}  {r['status'] if r['status'] != 'ok' else ''}", flush=True)
     out = Path(args.out)
     write_atomic(out / "threads.csv", pd.DataFrame(rows).to_csv(index=False))
     print(f"wrote {out / 'threads.csv'}")
