@@ -42,12 +42,21 @@ def estimate(folder: Path, out: Path, args) -> list[dict]:
     import pandas as pd
 
     command = [sys.executable, "-m", "benchmarks.run_estimate", "--attentions", *args.attentions,
-               "--steps", str(args.steps), "--out", str(out), *args.overrides]
+               "--steps", str(args.steps),
+               "--warmup", str(args.warmup), "--out", str(out), *args.overrides]
     env = {**os.environ, "PYTHONPATH": str(folder)}
     done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise UserError(f"run_estimate from {folder} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
     return pd.read_csv(out / "run_estimate.csv").to_dict("records")
+
+
+def commit_of(rev: str | None) -> str:
+    """Short sha of ``rev``, or of this tree's HEAD (with ``+changes`` where tracked files differ from it)."""
+    git = ["git", "-C", str(ROOT)]
+    sha = subprocess.run([*git, "rev-parse", "--short", rev or "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = rev is None and subprocess.run([*git, "diff", "--quiet", "HEAD"]).returncode != 0
+    return sha + ("+changes" if dirty else "")
 
 
 def summarise(rows: list[dict], against: str) -> list[str]:
@@ -78,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attentions", nargs="+", default=["llops"])
     parser.add_argument("--rounds", type=int, default=3, help="pairs of runs (default 3)")
     parser.add_argument("--steps", type=int, default=3, help="run_estimate's timed training steps (median)")
+    parser.add_argument("--warmup", type=int, default=1, help="run_estimate's untimed first steps")
     BENCH.add_to(parser)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for both versions, e.g. data_dir=...")
     args = parser.parse_args(argv)
@@ -90,11 +100,12 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             old = Path(tmp) / "revision"
             unpack(args.against, old, CODE)
+            commits = {"this tree": commit_of(None), args.against: commit_of(args.against)}
             for i in range(args.rounds):
                 pair = [("this tree", ROOT), (args.against, old)]
                 for version, folder in pair if i % 2 else pair[::-1]:
                     for row in estimate(folder, Path(tmp) / f"{i}-{folder.name}", args):
-                        rows.append({"round": i, "version": version, **row})
+                        rows.append({"round": i, "version": version, "commit": commits[version], **row})
                         print(f"round {i + 1}, {version}: {row['attention']} {row['total_min']:.1f} min "
                               f"(floor {row['floor_min']:.1f} at {row['gemm_gflops']:.1f} GFLOP/s)", flush=True)
     except UserError as err:

@@ -46,21 +46,42 @@ def step_table(frame: pd.DataFrame) -> str:
 
 
 def run_estimate_table(frame: pd.DataFrame) -> str:
-    """``benchmarks.run_estimate``: whole-run CPU-time estimate, one thread."""
-    rows = [[r.attention, _num(r.cpu_step_s, 2), _num(r.cpu_val_pass_s), _num(r.cpu_test_pass_s),
-             _num(r.cpu_train_min), _num(r.cpu_validation_min), _num(r.cpu_total_min, 0),
+    """``benchmarks.run_estimate``: whole-run estimate, wall and CPU time, beside the matmul floor."""
+    wall = "total_min" in frame and "threads" in frame  # CSVs written before the wall clock: CPU time only
+    rows = [[r.attention, *([str(r.threads)] if wall else []), _num(r.cpu_step_s, 2), _num(r.cpu_val_pass_s),
+             _num(r.cpu_test_pass_s), _num(r.cpu_total_min, 0), *([_num(r.total_min)] if wall else []),
              f"{r.cpu_ratio_to_target:.1f}x"] for r in frame.itertuples()]
-    table = markdown_table(["attention", "step (s)", "validation pass (s)", "test pass (s)", "training (min)",
-                            "validations (min)", "total (min)", "total / 60 min"], rows)
+    table = markdown_table(["attention", *(["threads"] if wall else []), "step, CPU (s)", "validation pass, CPU (s)",
+                            "test pass, CPU (s)", "total, CPU (min)", *(["total, wall (min)"] if wall else []),
+                            "CPU total / 60 min"], rows)
     if "floor_min" not in frame:  # CSVs written before the floor columns
         return table
     floor = [[r.attention, _num(r.step_gflop), _num(r.val_pass_gflop, 0), _num(r.total_tflop, 0), _num(r.cpu_gflops),
-              _num(r.floor_min)] for r in frame.itertuples()]
+              _num(r.floor_min), *([f"{r.total_min / r.floor_min:.2f}x"] if wall else [])] for r in frame.itertuples()]
     gemm = frame.gemm_gflops.iloc[0]
     title = f"Matmul floor at {gemm:g} GFLOP/s per core on {frame.cores.iloc[0]} cores:"
     return "\n\n".join([table, title, markdown_table(
         ["attention", "GFLOP a step", "GFLOP a validation pass", "run (TFLOP)", "a step achieves (GFLOP/s per core)",
-         "floor (min)"], floor)])
+         "floor (min)", *(["wall / floor"] if wall else [])], floor)])
+
+
+def run_estimate_versions_table(frame: pd.DataFrame) -> str:
+    """``benchmarks.run_estimate_versions``: each version's median whole run and the rounds' paired ratios
+    (this tree / the revision)."""
+    rows = []
+    for attention, part in frame.groupby("attention", sort=False):
+        totals = part.pivot_table(index="round", columns="version", values="total_min", aggfunc="first")
+        versions = sorted(dict.fromkeys(part["version"]), key=lambda v: v != "this tree")
+        ratios = (totals[versions[0]] / totals[versions[1]]).dropna() if len(versions) == 2 else pd.Series()
+        for version in versions:
+            runs = part[part["version"] == version]
+            name = f"{version} ({runs['commit'].iloc[0]})" if "commit" in runs else version
+            cells = [attention, name, str(len(runs)), _num(runs.total_min.median()), _num(runs.floor_min.median()),
+                     f"{(runs.total_min / runs.floor_min).median():.2f}x", _num(runs.gemm_gflops.median())]
+            paired = version == versions[0] and len(ratios)
+            rows.append([*cells, f"{ratios.median():.3f} ({ratios.min():.3f}-{ratios.max():.3f})" if paired else ""])
+    return markdown_table(["attention", "version", "runs", "total, wall (min)", "floor (min)", "wall / floor",
+                           "GEMM (GFLOP/s)", "paired ratio (range)"], rows)
 
 
 def port_table(frame: pd.DataFrame) -> str:
@@ -91,9 +112,12 @@ def threads_table(frame: pd.DataFrame) -> str:
     """``benchmarks.threads``: the quick job's steps idle and beside one busy process, per thread setting."""
     names = {"suite": "none set: run.py's own (lra.threads)", "PASSIVE": "OMP_WAIT_POLICY=PASSIVE",
              "ACTIVE": "OMP_WAIT_POLICY=ACTIVE"}
+    chose = "choices" in frame  # CSVs written before the suite's choices were recorded
     rows = [[r.load, str(r.threads), names.get(r.policy, r.policy.replace("spin:", "GOMP_SPINCOUNT=")),
-             _num(r.wall_s), _num(r.fit_s), "" if r.status == "ok" else r.status] for r in frame.itertuples()]
-    return markdown_table(["machine", "threads", "wait policy", "command (s)", "training (s)", "status"], rows)
+             _num(r.wall_s), _num(r.fit_s), *([] if not chose else ["" if pd.isna(r.choices) else r.choices]),
+             "" if r.status == "ok" else r.status] for r in frame.itertuples()]
+    return markdown_table(["machine", "threads", "wait policy", "command (s)", "training (s)",
+                           *(["switched to (others' busy cores)"] if chose else []), "status"], rows)
 
 
 SECTIONS: list[tuple[str, str, Callable[[pd.DataFrame], str]]] = [
@@ -101,10 +125,13 @@ SECTIONS: list[tuple[str, str, Callable[[pd.DataFrame], str]]] = [
     ("bench_cpu_reuse.csv", "Attention forward+backward (ms), glibc reuses freed memory", kernel_table),
     ("fig2_reuse.csv", "LLoPS paper Fig. 2 setting (ms)", kernel_table),
     ("step_cpu.csv", "Training step: tokens/s, thousands (attention's share)", step_table),
-    ("run_estimate.csv", "Full-protocol ListOps, whole-run estimate (one thread, CPU time)", run_estimate_table),
+    ("run_estimate.csv", "Full-protocol ListOps, whole-run estimate", run_estimate_table),
+    ("run_estimate_versions.csv", "Whole-run estimate, two versions taking turns (medians; ratio: this tree / the revision)",
+     run_estimate_versions_table),
     ("port_step.csv", "One ListOps training step beside the PyTorch LRA port", port_table),
     ("step_memory.csv", "Resident memory of a training step", memory_table),
     ("threads.csv", "Quick job, idle and beside one busy process", threads_table),
+    ("threads_idle.csv", "Quick job on an idle machine, three runs a case (`--loads idle --repeats 3`)", threads_table),
 ]
 
 

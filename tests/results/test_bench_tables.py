@@ -37,19 +37,40 @@ def test_committed_tables_file_is_rendered_from_the_committed_csvs():
         "results/tables/bench/tables.md is stale: run python -m results.bench_tables"
 
 
+def cells(text: str, first: str) -> list[list[str]]:
+    """The markdown rows of ``text`` whose first cell is ``first``, as lists of stripped cells."""
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("|")]
+    return [row for row in rows if row[0] == first]
+
+
 @pytest.mark.parametrize("with_floor", [True, False])
 def test_run_estimate_section_shows_the_floor_when_the_csv_has_it(tmp_path, with_floor):
     row = {"attention": "llops", "cpu_step_s": 2.0, "cpu_val_pass_s": 20.0, "cpu_test_pass_s": 20.0,
            "cpu_train_min": 166.7, "cpu_validation_min": 33.3, "cpu_total_min": 200.3, "cpu_ratio_to_target": 3.3}
     if with_floor:
         row.update(step_gflop=50.0, val_pass_gflop=500.0, total_tflop=300.0, cpu_gflops=25.0, gemm_gflops=80.0,
-                   cores=2, floor_min=31.25)
+                   cores=2, floor_min=31.25, threads=2, total_min=62.5)
     pd.DataFrame([row]).to_csv(tmp_path / "run_estimate.csv", index=False)
     assert bench_tables.main(["--bench", str(tmp_path)]) == 0
     text = (tmp_path / "tables.md").read_text()
-    assert "| llops     |     2.00 |" in text
+    times, *floor = cells(text, "llops")
+    assert times == (["llops", "2", "2.00", "20.0", "20.0", "200", "62.5", "3.3x"] if with_floor else
+                     ["llops", "2.00", "20.0", "20.0", "200", "3.3x"])
     assert ("Matmul floor at 80 GFLOP/s per core on 2 cores" in text) == with_floor
-    assert ("|        31.2 |" in text or "|        31.3 |" in text) == with_floor
+    assert floor == ([["llops", "50.0", "500", "300", "25.0", "31.2", "2.00x"]] if with_floor else [])
+
+
+def test_run_estimate_versions_section_gives_medians_and_the_paired_ratio(tmp_path):
+    runs = [(0, "abc1234", 60.0), (0, "this tree", 50.0), (1, "this tree", 49.5), (1, "abc1234", 55.0),
+            (2, "abc1234", 52.0), (2, "this tree", 52.0)]
+    pd.DataFrame([{"round": r, "version": v, "commit": v[:3], "attention": "llops", "total_min": t, "floor_min": 25.0,
+                   "gemm_gflops": 90.0} for r, v, t in runs]).to_csv(tmp_path / "run_estimate_versions.csv",
+                                                                    index=False)
+    assert bench_tables.main(["--bench", str(tmp_path)]) == 0
+    new, old = cells((tmp_path / "tables.md").read_text(), "llops")  # this tree first, whatever ran first
+    assert new == ["llops", "this tree (thi)", "3", "50.0", "25.0", "2.00x", "90.0", "0.900 (0.833-1.000)"]
+    assert old == ["llops", "abc1234 (abc)", "3", "55.0", "25.0", "2.20x", "90.0", ""]
 
 
 def test_the_committed_csvs_render_under_outputs_unless_committed(tmp_path, monkeypatch):
