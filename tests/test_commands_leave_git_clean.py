@@ -181,7 +181,7 @@ def test_the_threads_benchmark_writes_under_outputs_unless_committed(tmp_path, m
     """Its cases are ``run.py`` processes (seconds each): a stand-in case keeps this to the destination."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(threads, "run_case", lambda attention, steps, n, policy, kind, overrides: {
-        "attention": attention, "threads": n, "policy": policy, "load": kind, "wall_s": 0.0, "fit_s": 0.0,
-        "status": "ok"})
+        "attention": attention, "threads": n, "policy": policy, "load": kind, "choices": "", "wall_s": 0.0,
+        "fit_s": 0.0, "status": "ok"})
     assert threads.main(["--loads", "idle", "--threads", "1", "--policies", "PASSIVE", *argv]) == 0
     assert [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()] == [written]
