@@ -84,6 +84,15 @@ def run_estimate_versions_table(frame: pd.DataFrame) -> str:
                            "GEMM (GFLOP/s)", "paired ratio (range)"], rows)
 
 
+def thread_scaling_table(frame: pd.DataFrame) -> str:
+    """``benchmarks.thread_scaling``: each group's smallest time over rounds at one and at N threads."""
+    best = frame.groupby(["group", "threads"], sort=False)["seconds"].min().unstack()
+    one, many = best.columns.min(), best.columns.max()
+    rows = [[group, _num(best.at[group, one], 2), _num(best.at[group, many], 2),
+             f"{best.at[group, one] / best.at[group, many]:.2f}x"] for group in best.index]
+    return markdown_table(["work", f"{one} thread (s)", f"{many} threads (s)", "speed-up"], rows)
+
+
 def port_table(frame: pd.DataFrame) -> str:
     """``benchmarks.port_step``: CPU seconds of one training step, ours beside the PyTorch port's."""
     rows = [[r.mechanism, r.ours if pd.isna(r.our_options) else f"{r.ours}: {r.our_options}",
@@ -131,6 +140,8 @@ SECTIONS: list[tuple[str, str, Callable[[pd.DataFrame], str]]] = [
     ("port_step.csv", "One ListOps training step beside the PyTorch LRA port", port_table),
     ("step_memory.csv", "Resident memory of a training step", memory_table),
     ("threads.csv", "Quick job, idle and beside one busy process", threads_table),
+    ("thread_scaling.csv", "A training step's work at one and two threads (profiler self time, smallest over rounds)",
+     thread_scaling_table),
     ("threads_idle.csv", "Quick job on an idle machine, three runs a case (`--loads idle --repeats 3`)", threads_table),
 ]
 

@@ -1,0 +1,121 @@
+"""What a second thread buys each kind of work in a training step: ``python -m benchmarks.thread_scaling``.
+
+The matmul floor of ``benchmarks.run_estimate`` assumes every core runs matmuls at the one-thread GEMM rate, so a
+step whose other work does not split across threads cannot reach it however fast its kernels are. This times the
+same training steps (``python run.py task=<task> attention=<a>``'s model, optimiser and the task's own training
+batches, in order) at 1 and at N threads, taking turns ``--rounds`` times, each after ``--warmup`` untimed
+steps, under torch's profiler, and sums each op's own time into groups: matmuls, copies, fills, index moves,
+elementwise products, and everything else (the rest of the ops plus the Python of autograd functions). Prints,
+per group, the smallest time over rounds at each thread count and the speed-up; the whole steps' wall time too.
+Writes ``thread_scaling.csv`` (one row per round, thread count and group). Needs idle cores. A benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from lra.allocator import reuse_freed_memory
+from lra.atomic import write_atomic
+from lra.build import build
+from lra.config import compose
+from lra.errors import UserError
+from lra.optimizer import adamw
+from lra.outputs import BENCH
+from lra.threads import torch_threads
+
+GROUPS = {
+    "matmul": {"aten::mm", "aten::bmm", "aten::addmm", "aten::addmm_", "aten::baddbmm", "aten::baddbmm_",
+               "aten::addbmm", "aten::addbmm_"},
+    "copy": {"aten::copy_", "aten::clone", "aten::contiguous"},
+    "fill": {"aten::fill_", "aten::zero_"},
+    "index": {"aten::index_select", "aten::index_copy", "aten::index_copy_", "aten::gather", "aten::scatter",
+              "aten::scatter_", "aten::index", "aten::index_put_"},
+    "product": {"aten::mul", "aten::mul_", "aten::addcmul", "aten::addcmul_"},
+}
+WALL = "steps (wall)"
+
+
+def group_of(op: str) -> str:
+    return next((name for name, ops in GROUPS.items() if op in ops), "other")
+
+
+def timed_steps(step, batches: list, warmup: int) -> dict[str, float]:
+    """Seconds per group (profiler self time) of ``step`` over ``batches[warmup:]``, and their wall time."""
+    for batch in batches[:warmup]:
+        step(batch)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        started = time.perf_counter()
+        for batch in batches[warmup:]:
+            step(batch)
+        wall = time.perf_counter() - started  # before the profiler's own processing at the block's end
+    seconds: dict[str, float] = defaultdict(float)
+    for event in prof.key_averages():
+        seconds[group_of(event.key)] += event.self_cpu_time_total / 1e6
+    seconds[WALL] = wall
+    return dict(seconds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import pandas as pd
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.thread_scaling", description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="listops")
+    parser.add_argument("--attention", default="llops")
+    parser.add_argument("--threads", type=int, default=2, help="the thread count compared with one (default 2)")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps a round (default 8)")
+    parser.add_argument("--warmup", type=int, default=8, help="untimed steps before each round (default 8)")
+    parser.add_argument("--rounds", type=int, default=2)
+    BENCH.add_to(parser)
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. task.batch_size=8")
+    args = parser.parse_args(argv)
+    args.out = BENCH.choose(parser, args)
+    if min(args.threads - 1, args.steps, args.rounds, args.warmup + 1) < 1:
+        parser.error("--threads must be at least 2, --steps and --rounds at least 1, --warmup at least 0")
+    reuse_freed_memory()
+    try:
+        cfg = compose([f"task={args.task}", f"attention={args.attention}", *args.overrides])
+        pl.seed_everything(0, verbose=False)
+        built = build(cfg)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    model = built.model.train()
+    optimizer = adamw(model.parameters(), lr=1e-4)
+    count = args.warmup + args.steps
+    batches = [b for b, _ in zip(built.datamodule.train_dataloader(), range(count))]
+
+    def step(batch) -> None:
+        model.model_step(batch)[0].backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    rows = []
+    for i in range(args.rounds):
+        for threads in (1, args.threads):
+            with torch_threads(threads):
+                seconds = timed_steps(step, batches, args.warmup)
+            rows += [{"round": i, "threads": threads, "group": g, "seconds": s} for g, s in seconds.items()]
+    frame = pd.DataFrame(rows)
+    best = frame.groupby(["group", "threads"])["seconds"].min().unstack()
+    print(f"{args.task}, {args.attention}: {args.steps} steps a round, smallest over {args.rounds} rounds "
+          f"(profiler self time per group; {WALL}: the whole steps)")
+    order = [*GROUPS, "other", WALL]
+    for group in [g for g in order if g in best.index]:
+        one, many = best.at[group, 1], best.at[group, args.threads]
+        print(f"{group:>13}: 1 thread {one:7.3f} s, {args.threads} threads {many:7.3f} s, speed-up {one / many:.2f}x")
+    out = Path(args.out)
+    write_atomic(out / "thread_scaling.csv", frame.to_csv(index=False))
+    print(f"wrote {out / 'thread_scaling.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
