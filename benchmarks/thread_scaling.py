@@ -19,7 +19,6 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytorch_lightning as pl
-import torch
 from torch.profiler import ProfilerActivity, profile
 
 from lra.allocator import reuse_freed_memory
