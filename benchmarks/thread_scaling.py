@@ -6,7 +6,8 @@ same training steps (``python run.py task=<task> attention=<a>``'s model, optimi
 batches, in order) at 1 and at N threads, taking turns ``--rounds`` times, each after ``--warmup`` untimed
 steps, under torch's profiler, and sums each op's own time into groups: matmuls, copies, fills, index moves,
 elementwise products, and everything else (the rest of the ops plus the Python of autograd functions). Prints,
-per group, the smallest time over rounds at each thread count and the speed-up; the whole steps' wall time too.
+per group, the smallest time over rounds at each thread count and the speed-up; the whole steps' wall time too;
+then the ``--top`` largest ops of "other" the same way.
 Writes ``thread_scaling.csv`` (one row per round, thread count and group). Needs idle cores. A benchmark, not a test.
 """
 
@@ -58,6 +59,8 @@ def timed_steps(step, batches: list, warmup: int) -> dict[str, float]:
     seconds: dict[str, float] = defaultdict(float)
     for event in prof.key_averages():
         seconds[group_of(event.key)] += event.self_cpu_time_total / 1e6
+        if group_of(event.key) == "other":
+            seconds[f"other: {event.key}"] += event.self_cpu_time_total / 1e6
     seconds[WALL] = wall
     return dict(seconds)
 
@@ -72,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=8, help="timed steps a round (default 8)")
     parser.add_argument("--warmup", type=int, default=8, help="untimed steps before each round (default 8)")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--top", type=int, default=10, help="also print the N largest ops of 'other' (0: none)")
     BENCH.add_to(parser)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. task.batch_size=8")
     args = parser.parse_args(argv)
@@ -96,12 +100,15 @@ def main(argv: list[str] | None = None) -> int:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    rows = []
+    rows, ops = [], []
     for i in range(args.rounds):
         for threads in (1, args.threads):
             with torch_threads(threads):
                 seconds = timed_steps(step, batches, args.warmup)
-            rows += [{"round": i, "threads": threads, "group": g, "seconds": s} for g, s in seconds.items()]
+            rows += [{"round": i, "threads": threads, "group": g, "seconds": s} for g, s in seconds.items()
+                     if not g.startswith("other: ")]
+            ops += [{"threads": threads, "op": g[7:], "seconds": s} for g, s in seconds.items()
+                    if g.startswith("other: ")]
     frame = pd.DataFrame(rows)
     best = frame.groupby(["group", "threads"])["seconds"].min().unstack()
     print(f"{args.task}, {args.attention}: {args.steps} steps a round, smallest over {args.rounds} rounds "
@@ -110,6 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     for group in [g for g in order if g in best.index]:
         one, many = best.at[group, 1], best.at[group, args.threads]
         print(f"{group:>13}: 1 thread {one:7.3f} s, {args.threads} threads {many:7.3f} s, speed-up {one / many:.2f}x")
+    if args.top and ops:
+        best_ops = pd.DataFrame(ops).groupby(["op", "threads"])["seconds"].min().unstack().dropna()
+        best_ops = best_ops.sort_values(args.threads, ascending=False).head(args.top)
+        print(f"the largest ops of 'other' at {args.threads} threads:")
+        for op, times in best_ops.iterrows():
+            print(f"{op[:40]:>40}: {times[1]:6.3f} s, {times[args.threads]:6.3f} s, "
+                  f"{times[1] / times[args.threads]:.2f}x")
     out = Path(args.out)
     write_atomic(out / "thread_scaling.csv", frame.to_csv(index=False))
     print(f"wrote {out / 'thread_scaling.csv'}")

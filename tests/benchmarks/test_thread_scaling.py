@@ -26,7 +26,7 @@ def test_both_thread_counts_are_timed_in_every_round(tmp_path, capsys):
         groups = dict(zip(part.group, part.seconds))
         assert groups["matmul"] > 0 and groups[thread_scaling.WALL] > 0, threads
     out = capsys.readouterr().out
-    assert "matmul: 1 thread" in out and "speed-up" in out
+    assert "matmul: 1 thread" in out and "speed-up" in out and "the largest ops of 'other'" in out
 
 
 def test_one_thread_against_itself_is_refused():
