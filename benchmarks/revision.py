@@ -21,10 +21,12 @@ def unpack(rev: str, folder: Path, paths: list[str]) -> list[str]:
         raise UserError(f"--against {rev}: not a revision git knows here; give a commit of this repository")
     present = [p for p in paths if subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{rev}:{p}"],
                                                    capture_output=True).returncode == 0]
+    if not present:
+        raise UserError(f"--against {rev}: it has none of {', '.join(paths)}; give a commit of this repository")
     done = subprocess.run(["git", "-C", str(ROOT), "archive", rev, *present], capture_output=True)
-    if done.returncode != 0 or not present:
-        reason = done.stderr.decode().strip() or f"it has none of {', '.join(paths)}"
-        raise UserError(f"--against {rev}: git archive failed ({reason}); give a commit of this repository")
+    if done.returncode != 0:
+        raise UserError(f"--against {rev}: git archive failed ({done.stderr.decode().strip()}); give a commit of "
+                        f"this repository")
     with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
         safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python's own check, where it has one
         archive.extractall(folder, **safe)

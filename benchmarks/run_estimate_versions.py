@@ -28,6 +28,7 @@ from lra.errors import UserError
 from lra.outputs import BENCH
 
 CODE = ["lra", "attention_zoo", "benchmarks", "conf", "data_prep", "run.py"]
+NEEDED = {"total_min", "floor_min", "gemm_gflops"}  # run_estimate's columns this compares (d750e0e and later)
 
 
 def absolute_data_dir(overrides: list[str]) -> list[str]:
@@ -48,14 +49,19 @@ def estimate(folder: Path, out: Path, args) -> list[dict]:
     done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise UserError(f"run_estimate from {folder} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
-    return pd.read_csv(out / "run_estimate.csv").to_dict("records")
+    frame = pd.read_csv(out / "run_estimate.csv")
+    if missing := NEEDED - set(frame.columns):
+        raise UserError(f"run_estimate from {folder} wrote no {', '.join(sorted(missing))}: its revision predates the "
+                        f"floor columns; give --against d750e0e or later")
+    return frame.to_dict("records")
 
 
 def commit_of(rev: str | None) -> str:
-    """Short sha of ``rev``, or of this tree's HEAD (with ``+changes`` where tracked files differ from it)."""
+    """Short sha of ``rev``'s commit, or of this tree's HEAD (``+changes`` where the compared code differs from it)."""
     git = ["git", "-C", str(ROOT)]
-    sha = subprocess.run([*git, "rev-parse", "--short", rev or "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = rev is None and subprocess.run([*git, "diff", "--quiet", "HEAD"]).returncode != 0
+    sha = subprocess.run([*git, "rev-parse", "--short", f"{rev or 'HEAD'}^{{commit}}"], capture_output=True,
+                         text=True).stdout.strip()
+    dirty = rev is None and subprocess.run([*git, "diff", "--quiet", "HEAD", "--", *CODE]).returncode != 0
     return sha + ("+changes" if dirty else "")
 
 
@@ -71,8 +77,9 @@ def summarise(rows: list[dict], against: str) -> list[str]:
         parts = []
         for version in ("this tree", against):
             runs = [r for r in mine if r["version"] == version]
+            over_floor = statistics.median(r["total_min"] / r["floor_min"] for r in runs)
             parts.append(f"{version} {statistics.median(r['total_min'] for r in runs):.1f} min "
-                         f"({statistics.median(r['total_min'] / r['floor_min'] for r in runs):.2f}x its floor)")
+                         f"({over_floor:.2f}x its work-done floor)")
         lines.append(f"{attention:>8}: {' vs '.join(parts)}; ratio {statistics.median(ratios):.3f} "
                      f"({min(ratios):.3f}-{max(ratios):.3f} over {len(ratios)} rounds)")
     return lines
@@ -99,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             old = Path(tmp) / "revision"
-            unpack(args.against, old, CODE)
+            if missing := sorted(set(CODE) - set(unpack(args.against, old, CODE))):
+                raise UserError(f"--against {args.against}: it has no {', '.join(missing)}, so its run_estimate would "
+                                f"import this tree's; give a later commit")
             commits = {"this tree": commit_of(None), args.against: commit_of(args.against)}
             for i in range(args.rounds):
                 pair = [("this tree", ROOT), (args.against, old)]

@@ -3,11 +3,13 @@
 The matmul floor of ``benchmarks.run_estimate`` assumes every core runs matmuls at the one-thread GEMM rate, so a
 step whose other work does not split across threads cannot reach it however fast its kernels are. This times the
 same training steps (``python run.py task=<task> attention=<a>``'s model, optimiser and the task's own training
-batches, in order) at 1 and at N threads, taking turns ``--rounds`` times, each after ``--warmup`` untimed
-steps, under torch's profiler, and sums each op's own time into groups: matmuls, copies, fills, index moves,
-elementwise products, and everything else (the rest of the ops plus the Python of autograd functions). Prints,
-per group, the smallest time over rounds at each thread count and the speed-up; the whole steps' wall time too;
-then the ``--top`` largest ops of "other" the same way.
+batches, in order) at 1 and at N threads, taking turns ``--rounds`` times (the order alternating: ABBA), each after
+``--warmup`` untimed steps: once without the profiler for the steps' wall time, then under torch's profiler, whose
+ops' own times are summed into groups: matmuls, copies, fills, index moves, elementwise products, and everything
+else (the rest of the ops plus the Python of autograd functions). The profiler adds a fixed cost to every op, which
+weighs most on the many small ones (copies, "other"): read their speed-ups as lower bounds. Prints, per group, the
+median time over rounds at each thread count and the median of the rounds' paired speed-ups (1 thread / N), then
+the ``--top`` largest ops of "other" the same way.
 Writes ``thread_scaling.csv`` (one row per round, thread count and group). Needs idle cores. A benchmark, not a test.
 """
 
@@ -19,6 +21,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import pandas as pd
 import pytorch_lightning as pl
 from torch.profiler import ProfilerActivity, profile
 
@@ -48,14 +51,17 @@ def group_of(op: str) -> str:
 
 
 def timed_steps(step, batches: list, warmup: int) -> dict[str, float]:
-    """Seconds per group (profiler self time) of ``step`` over ``batches[warmup:]``, and their wall time."""
+    """Seconds per group (profiler self time) of ``step`` over ``batches[warmup:]``, and their wall time without
+    the profiler (a pass of its own over the same batches)."""
     for batch in batches[:warmup]:
         step(batch)
+    started = time.perf_counter()
+    for batch in batches[warmup:]:
+        step(batch)
+    wall = time.perf_counter() - started
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        started = time.perf_counter()
         for batch in batches[warmup:]:
             step(batch)
-        wall = time.perf_counter() - started  # before the profiler's own processing at the block's end
     seconds: dict[str, float] = defaultdict(float)
     for event in prof.key_averages():
         seconds[group_of(event.key)] += event.self_cpu_time_total / 1e6
@@ -65,9 +71,15 @@ def timed_steps(step, batches: list, warmup: int) -> dict[str, float]:
     return dict(seconds)
 
 
-def main(argv: list[str] | None = None) -> int:
-    import pandas as pd
+def paired(frame: pd.DataFrame, key: str, many: int) -> pd.DataFrame:
+    """Per ``key`` value: the median seconds at 1 and ``many`` threads over rounds and the median of the
+    rounds' speed-ups (1 thread / ``many``)."""
+    table = frame.pivot_table(index=[key, "round"], columns="threads", values="seconds", aggfunc="first").dropna()
+    table["speed_up"] = table[1] / table[many]
+    return table.groupby(level=0, sort=False).median()
 
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.thread_scaling", description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="listops")
     parser.add_argument("--attention", default="llops")
@@ -102,28 +114,26 @@ def main(argv: list[str] | None = None) -> int:
 
     rows, ops = [], []
     for i in range(args.rounds):
-        for threads in (1, args.threads):
+        for threads in (1, args.threads) if i % 2 == 0 else (args.threads, 1):
             with torch_threads(threads):
                 seconds = timed_steps(step, batches, args.warmup)
-            rows += [{"round": i, "threads": threads, "group": g, "seconds": s} for g, s in seconds.items()
-                     if not g.startswith("other: ")]
-            ops += [{"threads": threads, "op": g[7:], "seconds": s} for g, s in seconds.items()
-                    if g.startswith("other: ")]
+            for name, value in seconds.items():
+                if name.startswith("other: "):
+                    ops.append({"round": i, "threads": threads, "op": name[7:], "seconds": value})
+                else:
+                    rows.append({"round": i, "threads": threads, "group": name, "seconds": value})
     frame = pd.DataFrame(rows)
-    best = frame.groupby(["group", "threads"])["seconds"].min().unstack()
-    print(f"{args.task}, {args.attention}: {args.steps} steps a round, smallest over {args.rounds} rounds "
-          f"(profiler self time per group; {WALL}: the whole steps)")
-    order = [*GROUPS, "other", WALL]
-    for group in [g for g in order if g in best.index]:
-        one, many = best.at[group, 1], best.at[group, args.threads]
-        print(f"{group:>13}: 1 thread {one:7.3f} s, {args.threads} threads {many:7.3f} s, speed-up {one / many:.2f}x")
+    best = paired(frame, "group", args.threads)
+    print(f"{args.task}, {args.attention}: {args.steps} steps a round, medians of {args.rounds} rounds "
+          f"(profiler self time per group; {WALL}: the whole steps without the profiler)")
+    for group in [g for g in [*GROUPS, "other", WALL] if g in best.index]:
+        one, many, up = best.at[group, 1], best.at[group, args.threads], best.at[group, "speed_up"]
+        print(f"{group:>13}: 1 thread {one:7.3f} s, {args.threads} threads {many:7.3f} s, speed-up {up:.2f}x")
     if args.top and ops:
-        best_ops = pd.DataFrame(ops).groupby(["op", "threads"])["seconds"].min().unstack().dropna()
-        best_ops = best_ops.sort_values(args.threads, ascending=False).head(args.top)
+        top = paired(pd.DataFrame(ops), "op", args.threads).sort_values(args.threads, ascending=False).head(args.top)
         print(f"the largest ops of 'other' at {args.threads} threads:")
-        for op, times in best_ops.iterrows():
-            print(f"{op[:40]:>40}: {times[1]:6.3f} s, {times[args.threads]:6.3f} s, "
-                  f"{times[1] / times[args.threads]:.2f}x")
+        for op, r in top.iterrows():
+            print(f"{op[:40]:>40}: {r[1]:6.3f} s, {r[args.threads]:6.3f} s, {r['speed_up']:.2f}x")
     out = Path(args.out)
     write_atomic(out / "thread_scaling.csv", frame.to_csv(index=False))
     print(f"wrote {out / 'thread_scaling.csv'}")

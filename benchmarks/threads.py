@@ -11,8 +11,8 @@ libgomp's own default when neither is set is 300000, about 3 ms), and a first ca
 is ("idle": run it on a quiet machine) and once beside a one-thread busy loop ("busy"). Reports the whole
 command's wall time and the training time the run records (``fit_time_s``: steps and their validations), and for
 the suite's own case the thread counts it switched to (``choices``, from its log: "1 (0.6)" = one thread while
-others kept 0.6 cores busy; empty: it kept torch's default). ``--repeats N`` runs every case N times.
-Writes ``threads.csv``. A benchmark, not a test.
+others kept 0.6 cores busy; empty: it kept torch's default; "?": the run left no log). ``--repeats N`` runs every
+case N times. Writes ``threads.csv``. A benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def run_case(attention: str, steps: int, threads: int | None, policy: str, kind:
         record = run_dir / "result.json"
         fit = json.loads(record.read_text()).get("fit_time_s") if record.exists() else None
         log = run_dir / "run.log"
-        choices = "; ".join(f"{n} ({b})" for n, b in CHOICE.findall(log.read_text())) if log.exists() else ""
+        choices = "; ".join(f"{n} ({b})" for n, b in CHOICE.findall(log.read_text())) if log.exists() else "?"
     row = {"attention": attention, "steps": steps, "threads": "auto" if threads is None else threads,
            "policy": policy, "load": kind, "choices": choices,
            "wall_s": wall, "fit_s": fit, "status": "ok" if done.returncode == 0 else f"exit {done.returncode}"}
@@ -108,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every case")
     args = parser.parse_args(argv)
     args.out = BENCH.choose(parser, args)
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     cases = [(None, "suite")] + [(t, p) for t, p in itertools.product(args.threads, args.policies)
                                  if t > 1 or p == args.policies[0]]  # one thread never waits at a barrier
     rows = []

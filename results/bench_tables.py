@@ -80,17 +80,20 @@ def run_estimate_versions_table(frame: pd.DataFrame) -> str:
                      f"{(runs.total_min / runs.floor_min).median():.2f}x", _num(runs.gemm_gflops.median())]
             paired = version == versions[0] and len(ratios)
             rows.append([*cells, f"{ratios.median():.3f} ({ratios.min():.3f}-{ratios.max():.3f})" if paired else ""])
-    return markdown_table(["attention", "version", "runs", "total, wall (min)", "floor (min)", "wall / floor",
+    return markdown_table(["attention", "version", "runs", "total, wall (min)", "work-done floor (min)",
+                           "wall / work-done floor",
                            "GEMM (GFLOP/s)", "paired ratio (range)"], rows)
 
 
 def thread_scaling_table(frame: pd.DataFrame) -> str:
-    """``benchmarks.thread_scaling``: each group's smallest time over rounds at one and at N threads."""
-    best = frame.groupby(["group", "threads"], sort=False)["seconds"].min().unstack()
-    one, many = best.columns.min(), best.columns.max()
-    rows = [[group, _num(best.at[group, one], 2), _num(best.at[group, many], 2),
-             f"{best.at[group, one] / best.at[group, many]:.2f}x"] for group in best.index]
-    return markdown_table(["work", f"{one} thread (s)", f"{many} threads (s)", "speed-up"], rows)
+    """``benchmarks.thread_scaling``: each group's median time over rounds at one and at N threads, and the median
+    of the rounds' paired speed-ups."""
+    table = frame.pivot_table(index=["group", "round"], columns="threads", values="seconds", aggfunc="first")
+    one, many = table.columns.min(), table.columns.max()
+    table["speed_up"] = table[one] / table[many]
+    median = table.groupby(level=0, sort=False).median()
+    rows = [[group, _num(r[one], 2), _num(r[many], 2), f"{r['speed_up']:.2f}x"] for group, r in median.iterrows()]
+    return markdown_table(["work", f"{one} thread (s)", f"{many} threads (s)", "speed-up (median of rounds)"], rows)
 
 
 def port_table(frame: pd.DataFrame) -> str:
@@ -141,7 +144,7 @@ SECTIONS: list[tuple[str, str, Callable[[pd.DataFrame], str]]] = [
     ("port_step.csv", "One ListOps training step beside the PyTorch LRA port", port_table),
     ("step_memory.csv", "Resident memory of a training step", memory_table),
     ("threads.csv", "Quick job, idle and beside one busy process", threads_table),
-    ("thread_scaling.csv", "A training step's work at one and two threads (profiler self time, smallest over rounds)",
+    ("thread_scaling.csv", "A training step's work at one and two threads (profiler self time, medians over rounds)",
      thread_scaling_table),
     ("threads_idle.csv", "Quick job on an idle machine, three runs a case (`--loads idle --repeats 3`)", threads_table),
 ]

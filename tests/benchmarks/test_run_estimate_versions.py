@@ -41,3 +41,31 @@ def test_an_unknown_revision_is_refused_by_name(capsys):
     assert run_estimate_versions.main(["--against", "no-such-revision-31"]) == 2
     err = capsys.readouterr().err
     assert "--against no-such-revision-31" in err and "give a commit" in err
+
+
+def test_summary_ratio_is_this_tree_over_the_revision_round_by_round():
+    rows = [{"round": 0, "version": "abc", "attention": "llops", "total_min": 60.0, "floor_min": 20.0},
+            {"round": 0, "version": "this tree", "attention": "llops", "total_min": 45.0, "floor_min": 20.0},
+            {"round": 1, "version": "this tree", "attention": "llops", "total_min": 50.0, "floor_min": 25.0},
+            {"round": 1, "version": "abc", "attention": "llops", "total_min": 40.0, "floor_min": 20.0}]
+    (line,) = run_estimate_versions.summarise(rows, "abc")
+    assert "this tree 47.5 min (2.12x its work-done floor) vs abc 50.0 min (2.50x its work-done floor)" in line
+    assert "ratio 1.000 (0.750-1.250 over 2 rounds)" in line  # 45/60 and 50/40
+
+
+@needs_git
+def test_commit_of_names_the_revisions_commit_and_this_trees_head():
+    head = run_estimate_versions.commit_of("HEAD")
+    assert len(head) >= 7 and all(c in "0123456789abcdef" for c in head)
+    assert run_estimate_versions.commit_of(None).split("+")[0] == head
+
+
+@needs_git
+def test_unpack_refuses_a_revision_without_any_of_the_paths(tmp_path):
+    from benchmarks.revision import unpack
+    from lra.errors import UserError
+
+    with pytest.raises(UserError, match="has none of no-such-folder"):
+        unpack("HEAD", tmp_path, ["no-such-folder"])
+    assert unpack("HEAD", tmp_path, ["lra", "no-such-folder"]) == ["lra"]
+    assert (tmp_path / "lra" / "__init__.py").exists()

@@ -53,3 +53,8 @@ def test_the_suites_choice_is_read_from_the_line_lra_threads_logs(caplog, monkey
     with torch_threads(2), caplog.at_level("INFO", logger="lra.threads"):
         assert watcher.check() == 1
     assert threads.CHOICE.findall(caplog.text) == [("1", "1.6")]
+
+
+def test_repeats_below_one_are_refused():
+    with pytest.raises(SystemExit):
+        threads.main(["--repeats", "0"])
