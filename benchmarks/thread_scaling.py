@@ -64,9 +64,10 @@ def timed_steps(step, batches: list, warmup: int) -> dict[str, float]:
             step(batch)
     seconds: dict[str, float] = defaultdict(float)
     for event in prof.key_averages():
-        seconds[group_of(event.key)] += event.self_cpu_time_total / 1e6
-        if group_of(event.key) == "other":
-            seconds[f"other: {event.key}"] += event.self_cpu_time_total / 1e6
+        group, own = group_of(event.key), event.self_cpu_time_total / 1e6
+        seconds[group] += own
+        if group == "other":
+            seconds[f"other: {event.key}"] += own
     seconds[WALL] = wall
     return dict(seconds)
 
