@@ -14,7 +14,9 @@ the part at ``--fit-batch`` (default 32, over n) measures a smaller batch and sc
 linearly (activations grow with the batch; the weights are under a megabyte); ``fits`` says whether the
 process peak there stays within ``--fit-gib`` (4). ``--guard-gib`` caps a cell's
 data segment (``RLIMIT_DATA``) so a cell that would not fit stops instead of pressing the machine; it is
-then reported as over the guard. Default: the linear-time mechanisms of the zoo on Text (4,096 tokens) and
+then reported as over the guard. The cap is set when training starts, after the imports, the Hydra
+config and the model (fixed costs whose allocation failures end in other libraries' error paths, some of which
+hang); a cell whose data segment is already over the cap then is over the guard without a step. Default: the linear-time mechanisms of the zoo on Text (4,096 tokens) and
 Retrieval (2 x 4,000). Writes ``step_memory.csv``. A benchmark, not a test.
 """
 
@@ -70,16 +72,32 @@ def peak_bytes() -> int:
     return status_bytes("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+class OverGuard(MemoryError):
+    """The cell's data segment would pass ``--guard-gib``."""
+
+
 class PeakProbe(pl.Callback):
-    """Resident memory when training starts; resets the high-water mark there."""
+    """Resident memory when training starts; resets the high-water mark there and caps the data segment at
+    ``cap`` bytes (``RLIMIT_DATA``) for the steps."""
+
+    def __init__(self, cap: int | None = None):
+        self.cap = cap
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.before = status_bytes("VmRSS") or peak_bytes()
         self.reset = reset_peak()
+        if self.cap:
+            data = status_bytes("VmData") or 0
+            if data > self.cap:
+                raise OverGuard(f"can't allocate memory: the data segment is {data / MIB:.0f} MiB when training "
+                                f"starts, over the {self.cap / MIB:.0f} MiB cap")
+            resource.setrlimit(resource.RLIMIT_DATA, (self.cap, self.cap))
 
 
-def measure_here(task: str, attention: str, batch_size: int | None, steps: int, overrides: list[str]) -> dict:
-    """One cell in this process: memory before training, the peak over ``steps`` steps, the step time."""
+def measure_here(task: str, attention: str, batch_size: int | None, steps: int, overrides: list[str],
+                 cap: int | None = None) -> dict:
+    """One cell in this process: memory before training, the peak over ``steps`` steps (the data segment capped
+    at ``cap`` bytes from the first step), the step time."""
     cfg = compose([f"task={task}", f"attention={attention}", *overrides])
     if cfg["reuse_freed_memory"]:
         reuse_freed_memory()
@@ -88,7 +106,7 @@ def measure_here(task: str, attention: str, batch_size: int | None, steps: int, 
     batch_size = batch_size or int(cfg["task"]["batch_size"]) // micro
     batch = example_batch(cfg, batch_size, VOCAB, torch.Generator().manual_seed(0))
     model = build_model(cfg, VOCAB, int(cfg["task"]["num_classes"]))
-    probe, timer = PeakProbe(), LoadingTimer(skip=1)
+    probe, timer = PeakProbe(cap), LoadingTimer(skip=1)
     trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, limit_val_batches=0, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          callbacks=[probe, timer], num_sanity_val_steps=0)
@@ -158,13 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("pytorch_lightning", "lightning_fabric", "lightning.pytorch"):
         logging.getLogger(name).setLevel(logging.WARNING)
     if args.child:
-        if args.guard_gib > 0:
-            cap = int(args.guard_gib * 2**30)
-            resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
+        cap = int(args.guard_gib * 2**30) if args.guard_gib > 0 else None
         try:
-            print(json.dumps(measure_here(args.tasks[0], args.attentions[0], args.batch, args.steps, args.overrides)))
+            print(json.dumps(measure_here(args.tasks[0], args.attentions[0], args.batch, args.steps, args.overrides,
+                                          cap)))
             code = 0
-        except (MemoryError, RuntimeError) as err:
+        except BaseException as err:  # every failure ends in os._exit below, not in exit handlers
             print(f"{type(err).__name__}: {err}", file=sys.stderr)
             code = 3
         sys.stdout.flush()

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -41,8 +46,28 @@ def test_each_cell_runs_in_a_fresh_process(tmp_path, capsys):
 
 
 def test_a_cell_over_the_guard_is_reported_not_raised(tmp_path):
-    code = step_memory.main(["--tasks", "retrieval", "--attentions", "linear", "--batch", "2", "--guard-gib", "0.3",
+    # no process with torch imported has a data segment under 50 MiB: over the cap when training starts
+    code = step_memory.main(["--tasks", "retrieval", "--attentions", "linear", "--batch", "2", "--guard-gib", "0.05",
                              "--timeout", "300", "--out", str(tmp_path), "experiment=quick"])
     assert code == 0
     row = pd.read_csv(tmp_path / "step_memory.csv").iloc[0]
-    assert row.status.startswith(("over the 0.3 GiB guard", "failed")) and not row.fits
+    assert row.status == "over the 0.05 GiB guard" and not row.fits
+
+
+def test_the_guard_caps_what_the_steps_allocate():
+    # in a fresh process: the probe caps the data segment 64 MiB above its size when training starts
+    script = """
+import torch
+from benchmarks import step_memory
+probe = step_memory.PeakProbe(step_memory.status_bytes("VmData") + 64 * 2**20)
+probe.on_train_start(None, None)
+small = torch.ones(2**20)  # 4 MiB fits
+try:
+    torch.ones(2**27)  # 512 MiB does not
+except RuntimeError as err:
+    print("refused:", "can't allocate memory" in str(err))
+"""
+    root = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": root})
+    assert done.stdout.strip() == "refused: True", done.stderr[-2000:]
