@@ -1,13 +1,15 @@
 """Does a ListOps model know more than its tree's root operator? (the ListOps study, README "What the 36% bar asks")
 
 ``python -m analyses.listops_root RUN_DIR [RUN_DIR ...] [--split test] [--split val] [--data-dir DIR] [--out-root DIR]
-[--tables DIR | --committed]``
+[--add-to RECORD] [--tables DIR | --committed]``
 
 Every ListOps run that left the plateau so far tests near the root-operator rule (``results.rules``). Accuracy
 alone cannot say whether such a model is the rule or knows more and loses it elsewhere, so this loads each
 finished run's best checkpoint (checkpoints are not committed: run it where the run trained), predicts every tree
 of each split and compares the predictions with predictors that see the root operator alone
-(``data_prep.listops_roots``). Columns, in % of a split's trees:
+(``data_prep.listops_roots``). ``--add-to`` an earlier record (``results/runs/analyses/listops_root/result.json``)
+keeps its rows of the runs not given, each with its own ``git_sha``: runs measured on a machine whose checkpoints
+are gone stay in the table beside new ones. Columns, in % of a split's trees:
 
 - ``acc``: the model's accuracy (``recorded_acc``: the run record's; a mismatch is printed as a warning, since
   data and code that agree give the same number); ``rule``: the root-operator rule, fitted on train;
@@ -191,12 +193,33 @@ def notes() -> list[str]:
             "figure shows the first split given."]
 
 
+def earlier_rows(path: Path, measured: list[dict[str, Any]], splits: list[str]) -> tuple[list[dict], list[str]]:
+    """The rows and run folders of the listops_root record at ``path`` for runs not among ``measured`` (same
+    attention, tag and seed); a ``UserError`` if it is not such a record or lacks one of ``splits``."""
+    try:
+        record = json.loads(read_regular(path))
+    except (OSError, ValueError) as err:
+        raise UserError(f"--add-to {path}: not a readable record ({err})") from None
+    if not isinstance(record, dict) or record.get("analysis") != NAME or not isinstance(record.get("rows"), list):
+        raise UserError(f"--add-to {path}: not a {NAME} record; give results/runs/analyses/{NAME}/result.json")
+    missing = sorted(set(splits) - set(record.get("config", {}).get("splits", [])))
+    if missing:
+        raise UserError(f"--add-to {path}: it has no {', '.join(missing)} rows; measure with its splits "
+                        f"({', '.join(record['config'].get('splits', []))})")
+    new = {(r["attention"], r["tag"], r["seed"]) for r in measured}
+    kept = [r for r in record["rows"] if (r["attention"], r["tag"], r["seed"]) not in new and r["split"] in splits]
+    ids = {(r["attention"], f"seed{r['seed']}", r["tag"]) for r in kept}
+    runs = [run for run in record["config"].get("runs", []) if tuple(Path(run).parts[-3:]) in ids]
+    return kept, runs
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m analyses.listops_root", description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="finished ListOps run folders (with their checkpoints)")
     parser.add_argument("--split", dest="splits", action="append", choices=("test", "val"),
                         help="test (the default) or val; repeat for both")
     parser.add_argument("--data-dir", help="as run.py's data_dir (default: the one the run's config names)")
+    parser.add_argument("--add-to", type=Path, help="an earlier listops_root record: its rows of other runs stay")
     parser.add_argument("--out-root", default=str(ANALYSIS_ROOT), help="the record goes to OUT_ROOT/listops_root/")
     TABLES.add_to(parser)
     args = parser.parse_args(argv)
@@ -216,8 +239,16 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"error: {err}") from None
         for row in rows[-len(args.splits):]:
             print(", ".join(f"{key} {value}" for key, value in row.items()), flush=True)
-    path = write_analysis_record(NAME, rows, keys=KEYS, config={"splits": args.splits, "runs": [str(r) for r in
-                                 args.runs]}, started=started, out_root=args.out_root, notes=notes())
+    runs = [str(r) for r in args.runs]
+    if args.add_to:
+        try:
+            kept, kept_runs = earlier_rows(args.add_to, rows, args.splits)
+        except UserError as err:
+            raise SystemExit(f"error: {err}") from None
+        rows, runs = kept + rows, kept_runs + runs
+        print(f"kept {len(kept)} rows of {args.add_to}")
+    path = write_analysis_record(NAME, rows, keys=KEYS, config={"splits": args.splits, "runs": runs},
+                                 started=started, out_root=args.out_root, notes=notes())
     tables = tabulate(NAME, path, args.tables)
     split = args.splits[0]
     png = plot([row for row in rows if row["split"] == split], split, Path(args.tables) / f"{NAME}.png")

@@ -16,8 +16,9 @@ process peak there stays within ``--fit-gib`` (4). ``--guard-gib`` caps a cell's
 data segment (``RLIMIT_DATA``) so a cell that would not fit stops instead of pressing the machine; it is
 then reported as over the guard. The cap is set when training starts, after the imports, the Hydra
 config and the model (fixed costs whose allocation failures end in other libraries' error paths, some of which
-hang); a cell whose data segment is already over the cap then is over the guard without a step. Default: the linear-time mechanisms of the zoo on Text (4,096 tokens) and
-Retrieval (2 x 4,000). Writes ``step_memory.csv``. A benchmark, not a test.
+hang); a cell whose data segment is already over the cap then is over the guard without a step. Default: the
+linear-time mechanisms of the zoo on Text (4,096 tokens) and Retrieval (2 x 4,000). Writes ``step_memory.csv``.
+A benchmark, not a test.
 """
 
 from __future__ import annotations

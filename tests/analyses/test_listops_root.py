@@ -80,6 +80,27 @@ def test_on_a_trained_run_the_numbers_are_the_recorded_and_the_files_ones(tmp_pa
     assert rows[0]["ceiling"] == pytest.approx(100 * root_operator_rule(test_first, test_labels, test_first,
                                                                         test_labels)[0], abs=0.01)
     assert (tables / "listops_root.md").is_file() and (tables / "listops_root.png").is_file()
+
+    # --add-to: an earlier record's rows of other runs stay (each with its git_sha), this run's are measured again
+    earlier = json.loads((tmp_path / "analyses/listops_root/result.json").read_text())
+    other = [{**r, "attention": "softmax", "seed": 7, "git_sha": "abcdef0"} for r in earlier["rows"]]
+    earlier["rows"] = other + [{**r, "acc": -1.0} for r in earlier["rows"]]
+    earlier["config"]["runs"] = ["/gone/outputs/listops/softmax/seed7/quick", str(run_dir)]
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    args = [str(run_dir), "--data-dir", str(tmp_path / "moved"), "--out-root", str(tmp_path / "merged"), "--tables",
+            str(tables)]
+    both = ["--split", "test", "--split", "val"]
+    assert listops_root.main([*both, *args, "--add-to", str(tmp_path / "earlier.json")]) == 0
+    merged = json.loads((tmp_path / "merged/listops_root/result.json").read_text())
+    assert merged["rows"] == other + rows  # the earlier rows of this run (acc -1) are replaced
+    assert merged["config"]["runs"] == ["/gone/outputs/listops/softmax/seed7/quick", str(run_dir)]
+    assert "softmax" in (tables / "listops_root.md").read_text()
+    with pytest.raises(SystemExit, match="not a listops_root record"):
+        listops_root.main([*args, "--add-to", str(tmp_path / "run" / "result.json")])
+    earlier["config"]["splits"] = ["test"]
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    with pytest.raises(SystemExit, match="it has no val rows"):
+        listops_root.main(["--split", "val", *args, "--add-to", str(tmp_path / "earlier.json")])
     shutil.rmtree(run_dir / "checkpoints")
     with pytest.raises(SystemExit, match="checkpoint .* is not there"):
         listops_root.main([str(run_dir), "--out-root", str(tmp_path / "analyses"), "--tables", str(tables)])
