@@ -9,7 +9,7 @@ each in a fresh process with the same options, overrides and data (the order alt
 attention: each version's median total (wall minutes) and wall / floor (the floor as each version counts it, at
 that run's own GEMM rate), and the median and range of the rounds' paired ratios (this tree / REV). Both use the
 threads ``run_estimate`` uses, so wall times need idle cores. Writes ``run_estimate_versions.csv`` (every run's
-row) under ``outputs/tables/bench/`` (``--committed``: ``results/tables/bench/``). A benchmark, not a test.
+row, rewritten after each run: a later failure keeps the runs done) under ``outputs/tables/bench/`` (``--committed``: ``results/tables/bench/``). A benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     args.overrides = absolute_data_dir(args.overrides)
-    rows = []
+    rows, out = [], Path(args.out)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             old = Path(tmp) / "revision"
@@ -117,14 +117,15 @@ def main(argv: list[str] | None = None) -> int:
                         rows.append({"round": i, "version": version, "commit": commits[version], **row})
                         print(f"round {i + 1}, {version}: {row['attention']} {row['total_min']:.1f} min "
                               f"(floor {row['floor_min']:.1f} at {row['gemm_gflops']:.1f} GFLOP/s)", flush=True)
+                    write_atomic(out / "run_estimate_versions.csv", pd.DataFrame(rows).to_csv(index=False))
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
+        if rows:
+            print(f"the {len(rows)} runs done before it are in {out / 'run_estimate_versions.csv'}", file=sys.stderr)
         return 2
     print(f"whole-run estimate, this tree against {args.against}, medians of {args.rounds} rounds "
           f"(ratio: this tree / {args.against}, min-max over rounds):")
     print("\n".join(summarise(rows, args.against)))
-    out = Path(args.out)
-    write_atomic(out / "run_estimate_versions.csv", pd.DataFrame(rows).to_csv(index=False))
     print(f"wrote {out / 'run_estimate_versions.csv'}")
     return 0
 

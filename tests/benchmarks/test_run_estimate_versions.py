@@ -69,3 +69,21 @@ def test_unpack_refuses_a_revision_without_any_of_the_paths(tmp_path):
         unpack("HEAD", tmp_path, ["no-such-folder"])
     assert unpack("HEAD", tmp_path, ["lra", "no-such-folder"]) == ["lra"]
     assert (tmp_path / "lra" / "__init__.py").exists()
+
+
+@needs_git
+def test_a_failing_round_keeps_the_runs_done_before_it(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def estimate(folder, out, args):
+        calls.append(folder)
+        if len(calls) == 3:
+            raise run_estimate_versions.UserError("run_estimate from there failed (exit 1)")
+        return [{"attention": "llops", "total_min": 10.0 + len(calls), "floor_min": 5.0, "gemm_gflops": 80.0}]
+
+    monkeypatch.setattr(run_estimate_versions, "estimate", estimate)
+    code = run_estimate_versions.main(["--against", "HEAD", "--rounds", "2", "--out", str(tmp_path)])
+    assert code == 2 and len(calls) == 3
+    frame = pd.read_csv(tmp_path / "run_estimate_versions.csv")
+    assert list(frame.total_min) == [11.0, 12.0] and list(frame["round"]) == [0, 0]
+    assert "the 2 runs done before it are in" in capsys.readouterr().err
