@@ -9,7 +9,8 @@ each in a fresh process with the same options, overrides and data (the order alt
 attention: each version's median total (wall minutes) and wall / floor (the floor as each version counts it, at
 that run's own GEMM rate), and the median and range of the rounds' paired ratios (this tree / REV). Both use the
 threads ``run_estimate`` uses, so wall times need idle cores. Writes ``run_estimate_versions.csv`` (every run's
-row, rewritten after each run: a later failure keeps the runs done) under ``outputs/tables/bench/`` (``--committed``: ``results/tables/bench/``). A benchmark, not a test.
+row, rewritten after each run: a later failure keeps the runs done) under ``outputs/tables/bench/``
+(``--committed``: ``results/tables/bench/``). A benchmark, not a test.
 """
 
 from __future__ import annotations
