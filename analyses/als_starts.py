@@ -6,7 +6,7 @@ On the captured q, k of one layer of ``kernel_approx``'s AR model (trained or re
 does), fit a rank-1 LLoPS map (arXiv 2610.14219) by alternating least squares from ``--starts`` random sketches,
 without the Adam fit first, and print each start's fit error and held-out Frobenius error over the rank-m SVD
 bound. When every start ends at the error of ``kernel_approx``'s ``llops_als`` row, the gap to the bound is the
-map's, not the fit's (README, "Kernel approximation").
+map's, not the fit's (docs/analyses.md, "Kernel approximation").
 """
 
 from __future__ import annotations

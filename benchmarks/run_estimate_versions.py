@@ -1,7 +1,7 @@
 """The whole-run estimate, this tree against a git revision, the two taking turns:
 ``python -m benchmarks.run_estimate_versions --against REV [--rounds N] [--attentions llops]``.
 
-One ``benchmarks.run_estimate`` moves by 10-20% between windows of these machines (README, "Whole run"), more
+One ``benchmarks.run_estimate`` moves by 10-20% between windows of these machines (docs/benchmarks.md, "Whole run"), more
 than a code change worth measuring; two estimates taken back to back share their window. ``REV``'s code (``lra``,
 ``attention_zoo``, ``benchmarks``, ``conf``, ``data_prep``, ``run.py``) is unpacked with ``git archive`` into a
 temporary folder, and each round runs ``python -m benchmarks.run_estimate`` once from there and once from this tree,

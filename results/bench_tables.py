@@ -1,6 +1,6 @@
 """The benchmarks' committed CSVs as markdown: ``python -m results.bench_tables [--bench DIR] [--out FILE]``.
 
-The README's benchmark tables are copied from the file this writes (default
+The benchmark tables of docs/benchmarks.md are copied from the file this writes (default
 ``results/tables/bench/tables.md``), so every number there can be regenerated from
 ``results/tables/bench/*.csv``; a CSV that is absent leaves its section out. Benchmarks measure;
 only this module formats.
@@ -151,7 +151,7 @@ SECTIONS: list[tuple[str, str, Callable[[pd.DataFrame], str]]] = [
 
 
 def render(bench: Path) -> str:
-    """Every section whose CSV exists under ``bench``, in the README's order."""
+    """Every section whose CSV exists under ``bench``, in docs/benchmarks.md's order."""
     parts = ["# Benchmark tables", "", f"Rendered by `python -m results.bench_tables` from `{bench.name}/*.csv`.", ""]
     for name, title, table in SECTIONS:
         path = bench / name
