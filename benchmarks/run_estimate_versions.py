@@ -1,23 +1,22 @@
 """The whole-run estimate, this tree against a git revision, the two taking turns:
 ``python -m benchmarks.run_estimate_versions --against REV [--rounds N] [--attentions llops]``.
 
-One ``benchmarks.run_estimate`` moves by 10-20% between windows of these machines (docs/benchmarks.md, "Whole run"), more
-than a code change worth measuring; two estimates taken back to back share their window. ``REV``'s code (``lra``,
-``attention_zoo``, ``benchmarks``, ``conf``, ``data_prep``, ``run.py``) is unpacked with ``git archive`` into a
-temporary folder, and each round runs ``python -m benchmarks.run_estimate`` once from there and once from this tree,
-each in a fresh process with the same options, overrides and data (the order alternates: ABBA). Reported per
-attention: each version's median total (wall minutes) and wall / floor (the floor as each version counts it, at
-that run's own GEMM rate), and the median and range of the rounds' paired ratios (this tree / REV). Both use the
-threads ``run_estimate`` uses, so wall times need idle cores. Writes ``run_estimate_versions.csv`` (every run's
-row, rewritten after each run: a later failure keeps the runs done) under ``outputs/tables/bench/``
-(``--committed``: ``results/tables/bench/``). A benchmark, not a test.
+One ``benchmarks.run_estimate`` moves by 10-20% between windows of these machines (docs/benchmarks.md, "Whole run"),
+more than a code change worth measuring; two estimates taken back to back share their window. ``REV``'s code
+(``lra``, ``attention_zoo``, ``benchmarks``, ``conf``, ``data_prep``, ``run.py``) is unpacked with ``git archive``
+into a temporary folder, and each round runs ``python -m benchmarks.run_estimate`` once from there and once from
+this tree, each in a fresh process with the same options, overrides and data (the order alternates: ABBA). Reported
+per attention: each version's median total (wall minutes) and wall / floor (the floor as each version counts it, at
+that run's own GEMM rate), and the median and range of the rounds' paired ratios (this tree / REV), printed as
+``results.bench_tables`` renders the CSV. Both use the threads ``run_estimate`` uses, so wall times need idle cores.
+Writes ``run_estimate_versions.csv`` (every run's row, rewritten after each run: a later failure keeps the runs
+done) under ``outputs/tables/bench/`` (``--committed``: ``results/tables/bench/``). A benchmark, not a test.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -66,28 +65,10 @@ def commit_of(rev: str | None) -> str:
     return sha + ("+changes" if dirty else "")
 
 
-def summarise(rows: list[dict], against: str) -> list[str]:
-    """One line per attention: each version's median total and wall / floor, the paired ratios."""
-    lines = []
-    for attention in dict.fromkeys(r["attention"] for r in rows):
-        mine = [r for r in rows if r["attention"] == attention]
-        by_round = {}
-        for r in mine:
-            by_round.setdefault(r["round"], {})[r["version"]] = r["total_min"]
-        ratios = [v["this tree"] / v[against] for v in by_round.values() if len(v) == 2]
-        parts = []
-        for version in ("this tree", against):
-            runs = [r for r in mine if r["version"] == version]
-            over_floor = statistics.median(r["total_min"] / r["floor_min"] for r in runs)
-            parts.append(f"{version} {statistics.median(r['total_min'] for r in runs):.1f} min "
-                         f"({over_floor:.2f}x its work-done floor)")
-        lines.append(f"{attention:>8}: {' vs '.join(parts)}; ratio {statistics.median(ratios):.3f} "
-                     f"({min(ratios):.3f}-{max(ratios):.3f} over {len(ratios)} rounds)")
-    return lines
-
-
 def main(argv: list[str] | None = None) -> int:
     import pandas as pd
+
+    from results.bench_tables import run_estimate_versions_table
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run_estimate_versions",
                                      description=__doc__.splitlines()[0])
@@ -126,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"whole-run estimate, this tree against {args.against}, medians of {args.rounds} rounds "
           f"(ratio: this tree / {args.against}, min-max over rounds):")
-    print("\n".join(summarise(rows, args.against)))
+    print(run_estimate_versions_table(pd.DataFrame(rows)))
     print(f"wrote {out / 'run_estimate_versions.csv'}")
     return 0
 

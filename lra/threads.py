@@ -1,13 +1,13 @@
 """Intra-op threads from the cores that are actually free, re-checked while a run trains.
 
-OpenMP threads that spin at barriers (libgomp's default: about 3 ms, ``GOMP_SPINCOUNT=300000``) are fast on
-idle cores and collapse when another busy process shares them; threads that sleep at once
-(``OMP_WAIT_POLICY=PASSIVE``) pay a wake-up at every parallel region. Measured on 2 cores, 150 quick ListOps
-steps of training (``python -m benchmarks.threads``, docs/benchmarks.md "Threads", 2026-12-03): 2 spinning threads 13-16 s
-idle but 63 s beside one busy process; 2 sleeping threads 26-35 s idle and 20 s busy; 1 thread 19-24 s and 21 s.
-So a run keeps libgomp's spinning threads and uses only the cores that other processes leave free (here: 13-16 s
-idle, 22 s busy): one thread while another process is busy on one of 2 cores, two again when it ends. One thread
-never waits at a barrier.
+OpenMP threads that spin at barriers (libgomp's default: about 3 ms, ``GOMP_SPINCOUNT=300000``) are fast on idle
+cores and collapse when another busy process shares them; threads that sleep at once (``OMP_WAIT_POLICY=PASSIVE``)
+pay a wake-up at every parallel region. Measured on 2 cores, 150 quick ListOps steps of training (``python -m
+benchmarks.threads``, docs/benchmarks.md "Threads", 2026-12-03): 2 spinning threads 13-16 s idle but 63 s beside
+one busy process; 2 sleeping threads 26-35 s idle and 20 s busy; 1 thread 19-24 s and 21 s. So a run keeps
+libgomp's spinning threads and uses only the cores that other processes leave free (here: 13-16 s idle, 22 s
+busy): one thread while another process is busy on one of 2 cores, two again when it ends. One thread never waits
+at a barrier.
 
 Active only when the user has not set ``OMP_NUM_THREADS`` (an explicit choice is left alone).
 """
