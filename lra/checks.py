@@ -19,7 +19,7 @@ from typing import Any
 from .attention_options import check_attention_options
 from .config import CONF_DIR, compose
 from .errors import UserError
-from .settings import check_types, missing_settings, optional_keys
+from .settings import check_types, micro_batch_size, missing_settings, optional_keys
 
 POOLINGS = ("mean", "cls", "none", "padded_mean")
 SPLITS = ("train", "val", "test")
@@ -175,6 +175,17 @@ def check_experiment(cfg: dict[str, Any], conf_dir: Path = CONF_DIR) -> None:
                     f"experiment={name}, or add that file (conf/experiment/README.md)")
 
 
+def check_processes(cfg: dict[str, Any]) -> None:
+    """A batch that the run's DDP ranks cannot share is refused before any process starts, where the config
+    names the count (``trainer.devices`` as a number or a list, times ``trainer.num_nodes``)."""
+    devices, nodes = cfg["trainer"].get("devices", 1), cfg["trainer"].get("num_nodes", 1)
+    if isinstance(devices, (list, tuple)):
+        devices = len(devices)
+    known = [n for n in (devices, nodes) if isinstance(n, int) and not isinstance(n, bool) and n >= 1]
+    if len(known) == 2:
+        micro_batch_size(cfg["task"], devices * nodes)
+
+
 def check_config(cfg: dict[str, Any]) -> None:
     """Every check of a resolved, complete config (``lra.settings.complete``) that needs no data and no torch:
     a setting every config sets and this one lacks, then each setting's range and relations, then the type the
@@ -188,6 +199,7 @@ def check_config(cfg: dict[str, Any]) -> None:
     check_attention_options(cfg["attention"])
     check_experiment(cfg)
     check_types(cfg)
+    check_processes(cfg)
 
 
 def check_added_keys(added: Iterable[str], reference: dict[str, Any]) -> None:

@@ -183,8 +183,10 @@ class CompactDataModule(pl.LightningDataModule):
         return np.argsort(-self.padded_lengths(split), kind="stable").tolist()
 
     def train_batch_size(self) -> int:
-        """Examples in one training micro-batch (``lra.settings.micro_batch_size``)."""
-        return micro_batch_size(self.task)
+        """Examples in one training micro-batch of this process (``lra.settings.micro_batch_size``): under DDP
+        rank r takes every world-th example of the training order, so the ranks' batches of one step together are
+        the batch one process would take."""
+        return micro_batch_size(self.task, self.trainer.world_size if self.trainer is not None else 1)
 
     def _loader(self, split: str, sampler: EpochSampler | list[int] | None = None) -> DataLoader:
         data = self.task["data"]
@@ -228,10 +230,6 @@ class CompactDataModule(pl.LightningDataModule):
         sampler = self.train_sampler()
         state = getattr(self, "_resume_state", None)
         single_process = self.trainer is None or self.trainer.world_size == 1  # DDP shards after this order
-        if not single_process and isinstance(sampler, LengthGroupedSampler):
-            log.warning("task.batching=length_grouped under DDP: each rank takes every %d-th example of the "
-                        "grouped order, so a rank's batch mixes %d grouped batches (more padding than on one "
-                        "process)", self.trainer.world_size, self.trainer.world_size)
         if state and single_process:
             sampler.resume_at(state["epoch"], state["batches_done"] * self.train_batch_size())
         elif state and state.get("batches_done"):

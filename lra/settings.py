@@ -64,7 +64,7 @@ class Task:
     name: str
     max_len: int
     num_classes: int = field(metadata=at_least(1))
-    batch_size: int
+    batch_size: int  # the optimizer step's examples over all processes (DDP ranks split it)
     micro_batches: int  # each batch as that many accumulated parts: less memory, the same gradient
     batching: str  # random | length_grouped (lra/sampling.py)
     batching_pool: int
@@ -199,13 +199,20 @@ def check_types(config: dict[str, Any], schema: type = Run, where: str = "") -> 
             raise UserError(f"{key}={value!r}: must be {_wanted(allowed, nullable, low)}")
 
 
-def micro_batch_size(task: dict[str, Any]) -> int:
-    """Examples per forward pass: ``task.batch_size`` split into ``task.micro_batches`` equal parts."""
-    return int(task["batch_size"]) // int(task["micro_batches"])
+def micro_batch_size(task: dict[str, Any], processes: int = 1) -> int:
+    """Examples per forward pass: ``task.batch_size`` split into ``task.micro_batches`` equal parts on each of
+    ``processes`` DDP ranks, so an optimizer step sees ``task.batch_size`` examples however many devices run it."""
+    batch, micro = int(task["batch_size"]), int(task["micro_batches"])
+    if batch % (micro * processes):
+        raise UserError(f"task.batch_size={batch} is the batch of one optimizer step over all processes: it must "
+                        f"split into {processes} process(es) x task.micro_batches={micro} equal parts; pick a "
+                        f"batch size that {micro * processes} divides, or another trainer.devices / num_nodes")
+    return batch // (micro * processes)
 
 
 def eval_batch_size(task: dict[str, Any]) -> int:
-    """Examples per validation or test batch: ``task.data.eval_batch_size``, else the training micro-batch."""
+    """Examples per validation or test batch of a process: ``task.data.eval_batch_size``, else the training
+    micro-batch of one process (``task.batch_size / task.micro_batches``)."""
     return int(task["data"]["eval_batch_size"] or micro_batch_size(task))
 
 

@@ -1,0 +1,70 @@
+"""``task.batch_size`` is the optimizer step's batch over all processes: under DDP each of N ranks takes
+batch_size / N examples a step, and the ranks' batches of a step together are the batch one process takes."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from lightning_fabric.utilities.distributed import DistributedSamplerWrapper
+
+from lra.checks import check_config
+from lra.errors import UserError
+from lra.settings import micro_batch_size
+from lra.tasks.listops import DataModule
+from tests.lra.conftest import TINY, compose_config
+
+
+def data_module(data_dir, world_size: int, *overrides: str) -> DataModule:
+    module = DataModule(compose_config(["experiment=quick", f"data_dir={data_dir}", *TINY, "task.batch_size=32",
+                                        *overrides]))
+    module.trainer = SimpleNamespace(world_size=world_size)
+    module.prepare_data()
+    module.setup()
+    return module
+
+
+def cut(order: list[int], size: int) -> list[list[int]]:
+    return [order[i:i + size] for i in range(0, len(order), size)]
+
+
+@pytest.mark.parametrize("overrides", [[], ["task.batching=length_grouped"], ["task.micro_batches=2"]],
+                         ids=["random", "length_grouped", "micro_batches=2"])
+def test_the_ranks_of_a_step_together_take_the_batch_of_one_process(tiny_data_dir, overrides):
+    single = data_module(tiny_data_dir, 1, *overrides)
+    loader = single.train_dataloader()
+    loader.sampler.set_epoch(1)
+    steps = cut(list(loader.sampler), 32)  # one process: the examples of each optimizer step
+    micro = single.cfg["task"]["micro_batches"]
+
+    ranks = []
+    for rank in (0, 1):
+        module = data_module(tiny_data_dir, 2, *overrides)
+        loader = module.train_dataloader()
+        assert loader.batch_size == 32 // (2 * micro)
+        sharded = DistributedSamplerWrapper(loader.sampler, num_replicas=2, rank=rank, shuffle=False)
+        sharded.set_epoch(1)  # what Lightning does under DDP with a sampler of the data module's own
+        ranks.append(cut(list(sharded), loader.batch_size * micro))  # this rank's examples of each step
+    assert len(ranks[0]) == len(ranks[1]) == len(steps)
+    for step, first, second in zip(steps, *ranks):
+        assert len(first) == len(second) == 16
+        assert sorted(first + second) == sorted(step)
+
+
+def test_a_batch_that_the_processes_cannot_share_is_refused_by_name(tiny_data_dir):
+    module = data_module(tiny_data_dir, 3)
+    with pytest.raises(UserError) as error:
+        module.train_dataloader()
+    assert ("task.batch_size=32 is the batch of one optimizer step over all processes: it must split into 3 "
+            "process(es) x task.micro_batches=1 equal parts") in str(error.value)
+    assert micro_batch_size({"batch_size": 32, "micro_batches": 2}, processes=4) == 4
+
+
+@pytest.mark.parametrize("devices, refused", [("3", True), ("[0,1,2]", True), ("2", False), ("auto", False)])
+def test_the_config_check_refuses_it_where_the_config_names_the_device_count(devices, refused):
+    cfg = compose_config(["task=listops", "trainer=ddp", f"trainer.devices={devices}"])
+    if refused:
+        with pytest.raises(UserError, match=r"task.batch_size=32 .* 3 process\(es\)"):
+            check_config(cfg)
+    else:
+        check_config(cfg)
