@@ -85,6 +85,18 @@ def run_estimate_versions_table(frame: pd.DataFrame) -> str:
                            "GEMM (GFLOP/s)", "paired ratio (range)"], rows)
 
 
+def processes_table(frame: pd.DataFrame) -> str:
+    """``benchmarks.processes``: each round's training time both ways and their ratio (DDP / threads), then the
+    medians."""
+    table = frame.pivot_table(index="round", columns="way", values="fit_s", aggfunc="first")
+    table["ratio"] = table["ddp"] / table["threads"]
+    rows = [[str(i), _num(r.threads), _num(r.ddp), f"{r.ratio:.2f}x"] for i, r in table.iterrows()]
+    middle = table.median()
+    rows.append(["median", _num(middle["threads"]), _num(middle["ddp"]), f"{middle['ratio']:.2f}x"])
+    return markdown_table(["round", "1 process x 2 threads (s)", "2 DDP processes x 1 thread (s)",
+                           "DDP / threads"], rows)
+
+
 def thread_scaling_table(frame: pd.DataFrame) -> str:
     """``benchmarks.thread_scaling``: each group's median time over rounds at one and at N threads, and the median
     of the rounds' paired speed-ups."""
@@ -146,6 +158,8 @@ SECTIONS: list[tuple[str, str, Callable[[pd.DataFrame], str]]] = [
     ("threads.csv", "Quick job, idle and beside one busy process", threads_table),
     ("thread_scaling.csv", "A training step's work at one and two threads (profiler self time, medians over rounds)",
      thread_scaling_table),
+    ("processes.csv", "Short full-protocol run: two DDP processes against one process of two threads",
+     processes_table),
     ("threads_idle.csv", "Quick job on an idle machine, three runs a case (`--loads idle --repeats 3`)", threads_table),
 ]
 
