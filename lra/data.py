@@ -216,32 +216,38 @@ class CompactDataModule(pl.LightningDataModule):
     def collate(self, items):
         return pad_batch(items, int(self.task["data"]["pad_multiple"]))
 
+    def shard(self) -> tuple[int, int]:
+        """(rank, world size) of this process: (0, 1) without DDP. The data module shards its orders itself
+        (Lightning's sampler wrapping is off: ``lra.settings.trainer_arguments``), so a DDP run resumes exactly."""
+        if self.trainer is None:
+            return 0, 1
+        return int(self.trainer.global_rank), int(self.trainer.world_size)
+
     def train_sampler(self) -> EpochSampler:
         """The training order of ``task.batching``: ``random`` (the protocol) or ``length_grouped`` (batches of
-        similar lengths from pools of ``task.batching_pool`` batches; ``lra.sampling``)."""
+        similar lengths from pools of ``task.batching_pool`` batches; ``lra.sampling``), this rank's share."""
         micro = int(self.task["micro_batches"])  # parts of a batch: every batch whole, so steps align
         seed, whole = int(self.cfg["seed"]), self.task["batch_size"] if micro > 1 else 1
+        rank, world = self.shard()
         if self.task["batching"] == "length_grouped":
             return LengthGroupedSampler(self.padded_lengths("train"), seed, self.task["batch_size"],
-                                        int(self.task["batching_pool"]), whole=whole)
-        return EpochSampler(len(self.data["train"]), seed, whole=whole)
+                                        int(self.task["batching_pool"]), whole=whole, rank=rank, world=world)
+        return EpochSampler(len(self.data["train"]), seed, whole=whole, rank=rank, world=world)
 
     def train_dataloader(self) -> DataLoader:
         sampler = self.train_sampler()
         state = getattr(self, "_resume_state", None)
-        single_process = self.trainer is None or self.trainer.world_size == 1  # DDP shards after this order
-        if state and single_process:
-            sampler.resume_at(state["epoch"], state["batches_done"] * self.train_batch_size())
-        elif state and state.get("batches_done"):
-            log.warning("resumed mid-epoch under DDP: epoch %d starts its order again (exact resume is "
-                        "single-process)", state["epoch"])
+        if state:  # every rank has taken batches_done batches: the ranks together that many whole steps' worth
+            sampler.resume_at(state["epoch"], state["batches_done"] * self.train_batch_size() * sampler.world)
         return self._loader("train", sampler)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("val", self.eval_order("val"))
+        rank, world = self.shard()
+        return self._loader("val", self.eval_order("val")[rank::world])
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test", self.eval_order("test"))
+        rank, world = self.shard()
+        return self._loader("test", self.eval_order("test")[rank::world])
 
     @classmethod
     def example_batch(cls, task: dict[str, Any], batch_size: int, vocab_size: int,

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -20,10 +21,17 @@ class EpochSampler(Sampler[int]):
     ``whole`` > 1 cuts each epoch's order to a multiple of it (whole batches: a batch trained in parts
     then never ends an epoch short, where Lightning would step on fewer parts). Lightning calls ``set_epoch``
     at every epoch start; the global torch RNG is never touched.
+
+    Under DDP each of ``world`` ranks passes ``rank`` and takes every world-th example of the epoch's order (and
+    of what is left of it after ``resume_at``): one step's ranks together take the examples one process would,
+    and the order is cut to a multiple of ``world`` too, so every rank has as many batches.
     """
 
-    def __init__(self, size: int, seed: int, whole: int = 1):
-        self.size, self.seed, self.epoch = size, seed, 0
+    def __init__(self, size: int, seed: int, whole: int = 1, rank: int = 0, world: int = 1):
+        if not 0 <= rank < world:
+            raise ValueError(f"rank={rank} must be in [0, world={world})")
+        self.size, self.seed, self.epoch, self.rank, self.world = size, seed, 0, rank, world
+        whole = math.lcm(whole, world)
         self.kept = size - size % whole if size >= whole else size
         self._resume: tuple[int, int] | None = None
 
@@ -34,7 +42,7 @@ class EpochSampler(Sampler[int]):
         self._resume = (epoch, consumed)
 
     def __len__(self) -> int:
-        return self.kept
+        return len(range(self.rank, self.kept, self.world))
 
     def epoch_order(self, generator: torch.Generator) -> list[int]:
         """The epoch's examples in training order, drawn from ``generator`` (seeded by seed and epoch)."""
@@ -47,7 +55,7 @@ class EpochSampler(Sampler[int]):
         if self._resume is not None and self._resume[0] == self.epoch:
             skip = self._resume[1]
         self._resume = None
-        return iter(order[skip:])
+        return iter(order[skip:][self.rank::self.world])
 
 
 class LengthGroupedSampler(EpochSampler):
@@ -63,11 +71,11 @@ class LengthGroupedSampler(EpochSampler):
     """
 
     def __init__(self, lengths: Sequence[int] | np.ndarray, seed: int, batch_size: int, pool: int,
-                 whole: int = 1):
+                 whole: int = 1, rank: int = 0, world: int = 1):
         if batch_size < 1 or pool < 1:
             raise ValueError(f"batch_size={batch_size} and pool={pool} must be >= 1")
         self.lengths = np.asarray(lengths, dtype=np.int64)  # (size,) tokens each example takes in a batch
-        super().__init__(len(self.lengths), seed, whole)
+        super().__init__(len(self.lengths), seed, whole, rank, world)
         self.batch_size, self.pool = batch_size, pool
 
     def epoch_order(self, generator: torch.Generator) -> list[int]:

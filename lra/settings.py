@@ -223,6 +223,7 @@ def trainer_arguments(cfg: dict[str, Any]) -> dict[str, Any]:
     accumulates n micro-batches into each optimizer step; Lightning counts the interval in micro-batches, so it
     is scaled to stay ``task.eval_every`` optimizer steps."""
     args = dict(cfg["trainer"])
+    args["use_distributed_sampler"] = False  # under DDP the data module shards its own orders: exact resume
     every, steps = args.get("val_check_interval"), args.get("max_steps")
     if not args.get("fast_dev_run") and type(every) is int and type(steps) is int and 0 < steps < every:
         log.warning("max_steps=%d ends before the first validation (every %d steps, task.eval_every): validating "

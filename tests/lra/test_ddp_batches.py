@@ -6,7 +6,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from lightning_fabric.utilities.distributed import DistributedSamplerWrapper
 
 from lra.checks import check_config
 from lra.errors import UserError
@@ -15,10 +14,10 @@ from lra.tasks.listops import DataModule
 from tests.lra.conftest import TINY, compose_config
 
 
-def data_module(data_dir, world_size: int, *overrides: str) -> DataModule:
+def data_module(data_dir, world_size: int, *overrides: str, rank: int = 0) -> DataModule:
     module = DataModule(compose_config(["experiment=quick", f"data_dir={data_dir}", *TINY, "task.batch_size=32",
                                         *overrides]))
-    module.trainer = SimpleNamespace(world_size=world_size)
+    module.trainer = SimpleNamespace(world_size=world_size, global_rank=rank)
     module.prepare_data()
     module.setup()
     return module
@@ -39,16 +38,38 @@ def test_the_ranks_of_a_step_together_take_the_batch_of_one_process(tiny_data_di
 
     ranks = []
     for rank in (0, 1):
-        module = data_module(tiny_data_dir, 2, *overrides)
+        module = data_module(tiny_data_dir, 2, *overrides, rank=rank)
         loader = module.train_dataloader()
         assert loader.batch_size == 32 // (2 * micro)
-        sharded = DistributedSamplerWrapper(loader.sampler, num_replicas=2, rank=rank, shuffle=False)
-        sharded.set_epoch(1)  # what Lightning does under DDP with a sampler of the data module's own
-        ranks.append(cut(list(sharded), loader.batch_size * micro))  # this rank's examples of each step
+        loader.sampler.set_epoch(1)
+        ranks.append(cut(list(loader.sampler), loader.batch_size * micro))  # this rank's examples of each step
+        assert len(loader.sampler) == len(list(loader.sampler))
     assert len(ranks[0]) == len(ranks[1]) == len(steps)
     for step, first, second in zip(steps, *ranks):
         assert len(first) == len(second) == 16
         assert sorted(first + second) == sorted(step)
+
+
+def test_a_resumed_rank_takes_the_rest_of_its_share(tiny_data_dir):
+    ranks = []
+    for rank in (0, 1):
+        whole = data_module(tiny_data_dir, 2, rank=rank).train_dataloader().sampler
+        whole.set_epoch(1)
+        resumed = data_module(tiny_data_dir, 2, rank=rank)
+        resumed.load_state_dict({"epoch": 1, "batches_done": 2})  # 2 batches of 16 on each rank
+        sampler = resumed.train_dataloader().sampler
+        sampler.set_epoch(1)
+        assert list(sampler) == list(whole)[2 * 16:]
+        ranks.append(list(whole))
+    assert not set(ranks[0]) & set(ranks[1])  # the ranks share nothing
+
+
+def test_evaluation_is_split_between_the_ranks_without_repeats(tiny_data_dir):
+    single = data_module(tiny_data_dir, 1)
+    for split, loader in (("val", "val_dataloader"), ("test", "test_dataloader")):
+        shares = [list(getattr(data_module(tiny_data_dir, 3, "task.batch_size=30", rank=r), loader)().sampler)
+                  for r in range(3)]
+        assert sorted(sum(shares, [])) == sorted(single.eval_order(split)), split  # 64 trees: 22 / 21 / 21
 
 
 def test_a_batch_that_the_processes_cannot_share_is_refused_by_name(tiny_data_dir):
