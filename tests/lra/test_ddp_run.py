@@ -9,10 +9,12 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
+from analyses.listops_root import measure
 from tests.lra.conftest import ROOT, TINY
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
@@ -26,19 +28,27 @@ def command(run_dir, data_dir) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def reference(tiny_data_dir, tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
+def reference(tiny_data_dir, tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict, Path]:
     run_dir = tmp_path_factory.mktemp("ddp_reference")
     done = subprocess.run(command(run_dir, tiny_data_dir), cwd=run_dir, env=ENV, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    return done, json.loads((run_dir / "result.json").read_text())
+    return done, json.loads((run_dir / "result.json").read_text()), run_dir
 
 
 def test_two_cpu_processes_write_one_record(reference):
-    done, record = reference
+    done, record, _ = reference
     assert done.stdout.count("test_acc=") == 1  # rank zero reports
     assert record["status"] == "completed" and record["steps"] == 12
     assert record["config"]["trainer"]["strategy"] == "ddp" and record["config"]["trainer"]["devices"] == 2
+
+
+def test_the_ranks_evaluate_every_tree_once(reference):
+    """The record's accuracies (each rank scores its share of a split, the metric adds them up) are those of one
+    process scoring the whole split with the best checkpoint."""
+    _, record, run_dir = reference
+    for row in measure(run_dir, ["test", "val"], None):
+        assert row["recorded_acc"] is not None and abs(row["acc"] - row["recorded_acc"]) <= 0.01, row
 
 
 def test_a_run_killed_after_its_first_checkpoint_resumes_exactly(reference, tiny_data_dir, tmp_path):
