@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from functools import partial
 from typing import Any
@@ -15,13 +14,12 @@ from torchmetrics.classification import MulticlassAccuracy
 
 import attention_zoo
 
+from . import rng_state
 from .attention_options import check_type
 from .errors import UserError
 from .model import ClassifierHead, Encoder
 from .optimizer import adamw
 from .schedules import lr_multiplier, scheduler
-
-log = logging.getLogger(__name__)
 
 
 def attention_factory(cfg: dict[str, Any], max_len: int):
@@ -146,9 +144,8 @@ class ClassificationModule(pl.LightningModule):
         self._evaluate(batch, "test", self.test_acc)
 
     def setup(self, stage: str) -> None:
-        rank = self.trainer.global_rank
-        if stage == "fit" and rank > 0:  # after the weights (rank zero's, broadcast); a resume then restores each
-            torch.manual_seed(torch.initial_seed() + rank * 0x9E3779B9)  # another rank: other dropout masks
+        if stage == "fit":  # after the weights (rank zero's, broadcast); a resume then restores each rank's own
+            rng_state.spread(self.trainer.global_rank)  # another rank: other dropout masks
 
     def on_fit_start(self) -> None:
         self._segment_start = time.perf_counter()
@@ -159,22 +156,12 @@ class ClassificationModule(pl.LightningModule):
         return self.fit_seconds_before + running
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["torch_rng_state"] = torch.get_rng_state()  # dropout masks continue exactly on resume
-        if self.trainer.world_size > 1:  # every rank's own masks (rank zero writes the file; all ranks get here)
-            checkpoint["torch_rng_states"] = self.all_gather(torch.get_rng_state())  # (world, state bytes)
+        rng_state.save(self, checkpoint)  # dropout masks continue exactly on resume (all ranks get here)
         checkpoint["run_progress"] = {"fit_seconds": self.fit_seconds(), "train_tokens": self.train_tokens}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        trainer = self._trainer  # None where a checkpoint is loaded outside a run (analyses)
-        states, world = checkpoint.get("torch_rng_states"), 1 if trainer is None else trainer.world_size
-        if states is not None and len(states) == world:
-            torch.set_rng_state(states[0 if trainer is None else trainer.global_rank].clone())  # a row: own storage
-        elif "torch_rng_state" in checkpoint:
-            saved_by = 1 if states is None else len(states)
-            if saved_by != world:
-                log.warning("this checkpoint was saved by %d process(es) and resumes on %d: the dropout masks "
-                            "continue from rank zero's random state, not exactly", saved_by, world)
-            torch.set_rng_state(checkpoint["torch_rng_state"])
+        if self._trainer is not None:  # None where a checkpoint is loaded outside a run (analyses): no draws
+            rng_state.restore(checkpoint, self.trainer.global_rank, self.trainer.world_size)
         progress = checkpoint.get("run_progress") or {}
         self.fit_seconds_before = float(progress.get("fit_seconds", 0.0))
         self.train_tokens = int(progress.get("train_tokens", 0))

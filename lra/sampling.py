@@ -24,7 +24,8 @@ class EpochSampler(Sampler[int]):
 
     Under DDP each of ``world`` ranks passes ``rank`` and takes every world-th example of the epoch's order (and
     of what is left of it after ``resume_at``): one step's ranks together take the examples one process would,
-    and the order is cut to a multiple of ``world`` too, so every rank has as many batches.
+    and the order is cut to a multiple of ``world`` too, so every rank has as many batches (an epoch's short last
+    batch loses up to ``world - 1`` examples that one process would take; none where the batch divides the split).
     """
 
     def __init__(self, size: int, seed: int, whole: int = 1, rank: int = 0, world: int = 1):

@@ -75,3 +75,9 @@ def test_a_run_killed_after_its_first_checkpoint_resumes_exactly(reference, tiny
     assert got["status"] == "completed" and got["steps"] == want["steps"] == 12
     for metric in ("val_acc", "test_acc", "test_loss"):
         assert abs(got["metrics"][metric] - want["metrics"][metric]) < 1e-6, metric
+    ours, theirs = (torch.load(d / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+                    for d in (tmp_path, reference[2]))  # step 12: trained after the resume
+    assert ours["global_step"] == theirs["global_step"] == 12
+    assert torch.equal(ours["torch_rng_states"], theirs["torch_rng_states"])  # every rank's masks went on the same
+    for name, weight in theirs["state_dict"].items():
+        assert torch.allclose(ours["state_dict"][name], weight, rtol=0, atol=1e-6), name
