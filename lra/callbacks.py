@@ -116,8 +116,9 @@ class StopOnDivergence(pl.Callback):
     """A non-finite training, validation or test loss raises ``Diverged`` (the run is recorded ``diverged``).
 
     The training loss is checked after every step on the CPU; on an accelerator a device-side flag collects
-    every step and is read (one host sync) only at logging steps. Validation is checked before the checkpoint
-    callbacks save, so no checkpoint holds the diverged state.
+    every step and is read (one host sync) only at logging steps; under DDP the ranks decide together.
+    Validation (its loss synced over the ranks) is checked before the checkpoint callbacks save, so no
+    checkpoint holds the diverged state.
     """
 
     def __init__(self, hint: str):
@@ -132,9 +133,12 @@ class StopOnDivergence(pl.Callback):
         bad = ~torch.isfinite(loss.detach()).all()
         self.bad = bad if self.bad is None else self.bad | bad
         if loss.device.type == "cpu" or trainer.global_step % max(1, trainer.log_every_n_steps) == 0:
-            if self.bad.item():
-                raise Diverged(f"the training loss is {loss.item()} at step {trainer.global_step} (non-finite "
-                               f"from this step or shortly before): the run diverged. {self.hint}")
+            here = bool(self.bad.item())
+            anywhere = here if trainer.world_size == 1 else trainer.strategy.reduce_boolean_decision(here, all=False)
+            if anywhere:  # every rank stops at once: one rank raising alone would leave the others waiting
+                where = "" if here else " on this process, non-finite on another"
+                raise Diverged(f"the training loss is {loss.item()}{where} at step {trainer.global_step} "
+                               f"(non-finite from this step or shortly before): the run diverged. {self.hint}")
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._check(trainer, "val/loss", "validation")

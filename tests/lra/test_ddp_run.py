@@ -81,3 +81,14 @@ def test_a_run_killed_after_its_first_checkpoint_resumes_exactly(reference, tiny
     assert torch.equal(ours["torch_rng_states"], theirs["torch_rng_states"])  # every rank's masks went on the same
     for name, weight in theirs["state_dict"].items():
         assert torch.allclose(ours["state_dict"][name], weight, rtol=0, atol=1e-6), name
+
+
+def test_a_diverging_ddp_run_stops_on_every_rank(tiny_data_dir, tmp_path):
+    """Rank zero records ``diverged`` and both processes end (here both ranks' losses go non-finite at once; one
+    rank alone diverging is tests/lra/test_reruns.py's ``test_under_ddp_every_rank_stops_when_one_diverges``)."""
+    args = [a for a in command(tmp_path, tiny_data_dir) if not a.startswith(("task.max_steps", "task.eval_every"))]
+    done = subprocess.run([*args, "task.optim.lr=1e6", "task.max_steps=60", "task.eval_every=30"], cwd=tmp_path,
+                          env=ENV, capture_output=True, text=True, timeout=300)
+    record = json.loads((tmp_path / "result.json").read_text())
+    assert record["status"] == "diverged" and "task.optim.lr" in record["error"], done.stderr[-2000:]
+    assert done.returncode != 0

@@ -114,3 +114,23 @@ def test_a_non_finite_evaluation_loss_stops_the_run(stage, key):
     hook = StopOnDivergence("hint").on_validation_end if stage == "validation" else StopOnDivergence("hint").on_test_end
     with pytest.raises(Diverged, match=f"the {stage} loss is inf after step 5"):
         hook(trainer, None)
+
+
+@pytest.mark.parametrize("mine, others, stops", [(1.0, False, False), (1.0, True, True), (float("nan"), False, True)])
+def test_under_ddp_every_rank_stops_when_one_diverges(mine, others, stops):
+    """The ranks decide together (a rank raising alone would leave the others waiting in the next all-reduce)."""
+    asked = []
+
+    def reduce_boolean_decision(decision: bool, all: bool = True) -> bool:
+        asked.append((decision, all))
+        return decision or others
+
+    trainer = SimpleNamespace(world_size=2, global_step=7, log_every_n_steps=1,
+                              strategy=SimpleNamespace(reduce_boolean_decision=reduce_boolean_decision))
+    hook = StopOnDivergence("hint").on_train_batch_end
+    if stops:
+        with pytest.raises(Diverged, match="at step 7"):
+            hook(trainer, None, {"loss": torch.tensor(mine)}, None, 0)
+    else:
+        hook(trainer, None, {"loss": torch.tensor(mine)}, None, 0)
+    assert asked == [(mine != mine, False)]  # this rank's verdict, stopping if any rank says so
