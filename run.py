@@ -9,6 +9,7 @@ reported in about a second.
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 import signal
 import sys
@@ -37,6 +38,9 @@ def to_log_file(message: str) -> None:
 
 
 def report(message: str, *, error: bool = False) -> None:
+    """Print ``message`` and add it to the run's ``run.log``: once, by the first process of a DDP run."""
+    if any(os.environ.get(rank, "0") != "0" for rank in ("RANK", "LOCAL_RANK", "NODE_RANK")):
+        return
     print(f"\n{message}", file=sys.stderr if error else sys.stdout)
     to_log_file(message)
 

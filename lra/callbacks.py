@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -50,6 +51,8 @@ class CheckpointOnPreemption(pl.Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._catch_ctrl_c()  # here Lightning's SIGTERM handler is in place: before, SIGTERM would kill
+        if trainer.world_size > 1 and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, partial(flag_sigterm, trainer))  # Lightning's teardown restores its own
 
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._catch_ctrl_c()
@@ -63,11 +66,16 @@ class CheckpointOnPreemption(pl.Callback):
                            batch_idx: int) -> None:
         between_parts = trainer.fit_loop.epoch_loop._should_accumulate()
         signals = trainer._signal_connector  # holds the flag Lightning checks right after this hook
-        if signals.received_sigterm and between_parts:
+        received = signals.received_sigterm
+        if trainer.world_size > 1:  # every rank stops after the same batch: one stopping alone leaves the others
+            received = trainer.strategy.reduce_boolean_decision(received, all=False)  # waiting in an all-reduce
+        if received and between_parts:
             signals.received_sigterm, self._deferred = False, True
             log.warning("stopping after the last part of this batch (task.micro_batches)")
         elif self._deferred and not between_parts:
             signals.received_sigterm, self._deferred = True, False
+        else:
+            signals.received_sigterm = received
 
     def _catch_ctrl_c(self) -> None:
         if threading.current_thread() is threading.main_thread() and self._sigint_before is None:
@@ -92,6 +100,16 @@ class CheckpointOnPreemption(pl.Callback):
             start_next_epoch(trainer)
         trainer.save_checkpoint(self.path, weights_only=False)
         log.warning("preempted at step %d: saved %s; rerun the same command to resume", trainer.global_step, self.path)
+
+
+def flag_sigterm(trainer: pl.Trainer, signum, frame) -> None:
+    """SIGTERM under DDP: pass it on to the other local ranks (from rank zero, as Lightning does) and set the flag
+    that ``on_train_batch_end`` reduces over the ranks. Lightning's own handler also broadcasts from rank zero
+    inside the handler: a collective that only the signalled rank enters, so a signal to rank one alone hung."""
+    signals = trainer._signal_connector
+    if not signals.received_sigterm and trainer.strategy.launcher is not None:
+        trainer.strategy.launcher.kill(signum)
+    signals.received_sigterm = True
 
 
 def at_epoch_end(trainer: pl.Trainer) -> bool:
@@ -166,7 +184,7 @@ class ValidationProgress(pl.Callback):
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         acc = trainer.callback_metrics.get("val/acc")
-        if trainer.sanity_checking or acc is None or self._start is None:
+        if trainer.sanity_checking or acc is None or self._start is None or not trainer.is_global_zero:
             return
         step, total = trainer.global_step, trainer.max_steps
         elapsed = time.perf_counter() - self._start[0]
