@@ -156,7 +156,7 @@ class ClassificationModule(pl.LightningModule):
         return self.fit_seconds_before + running
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        rng_state.save(self, checkpoint)  # dropout masks continue exactly on resume (all ranks get here)
+        rng_state.add_to(checkpoint, self)  # dropout masks continue exactly on resume (all ranks get here)
         checkpoint["run_progress"] = {"fit_seconds": self.fit_seconds(), "train_tokens": self.train_tokens}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

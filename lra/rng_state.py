@@ -38,8 +38,8 @@ def gather(module) -> dict[str, Tensor]:
     return {key: module.all_gather(state).cpu() for key, state in states.items()}  # all_gather puts it on device
 
 
-def save(module, checkpoint: dict[str, Any]) -> None:
-    """Add every rank's random states to ``checkpoint``."""
+def add_to(checkpoint: dict[str, Any], module) -> None:
+    """Add every rank's random states to ``checkpoint`` (a collective under DDP, as ``gather``)."""
     checkpoint.update(gather(module))
     checkpoint["torch_rng_state"] = checkpoint["torch_rng_states"][0].clone()
 

@@ -22,7 +22,7 @@ def states_of(seeds: list[int]) -> torch.Tensor:
 def test_one_process_saves_its_state_as_one_row_and_the_old_key():
     torch.manual_seed(5)
     checkpoint: dict = {}
-    rng_state.save(SimpleNamespace(device=torch.device("cpu"), _trainer=None), checkpoint)
+    rng_state.add_to(checkpoint, SimpleNamespace(device=torch.device("cpu"), _trainer=None))
     assert checkpoint["torch_rng_states"].shape[0] == 1 and "cuda_rng_states" not in checkpoint
     assert torch.equal(checkpoint["torch_rng_state"], checkpoint["torch_rng_states"][0])
     assert torch.equal(checkpoint["torch_rng_state"], states_of([5])[0])
