@@ -242,12 +242,19 @@ class CompactDataModule(pl.LightningDataModule):
         return self._loader("train", sampler)
 
     def val_dataloader(self) -> DataLoader:
-        rank, world = self.shard()
-        return self._loader("val", self.eval_order("val")[rank::world])
+        return self._loader("val", self.eval_share("val"))
 
     def test_dataloader(self) -> DataLoader:
+        return self._loader("test", self.eval_share("test"))
+
+    def eval_share(self, split: str) -> list[int]:
+        """This rank's part of ``eval_order(split)``: every world-th example (the metrics add the parts up)."""
         rank, world = self.shard()
-        return self._loader("test", self.eval_order("test")[rank::world])
+        order = self.eval_order(split)
+        if len(order) < world:  # a rank without a batch would never join the metrics' sync
+            raise UserError(f"the {split} split has {len(order)} examples, fewer than the {world} processes: run on "
+                            f"at most {len(order)} (trainer.devices) or generate a larger split")
+        return order[rank::world]
 
     @classmethod
     def example_batch(cls, task: dict[str, Any], batch_size: int, vocab_size: int,

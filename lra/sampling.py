@@ -33,7 +33,9 @@ class EpochSampler(Sampler[int]):
             raise ValueError(f"rank={rank} must be in [0, world={world})")
         self.size, self.seed, self.epoch, self.rank, self.world = size, seed, 0, rank, world
         whole = math.lcm(whole, world)
-        self.kept = size - size % whole if size >= whole else size
+        self.kept = size - size % whole if size >= whole else size - size % world  # equal shares of the ranks
+        if world > 1 and size and not self.kept:
+            raise ValueError(f"{size} training examples cannot be shared by {world} processes: fewer than one each")
         self._resume: tuple[int, int] | None = None
 
     def set_epoch(self, epoch: int) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from lra.checks import check_config
 from lra.errors import UserError
+from lra.sampling import EpochSampler
 from lra.settings import micro_batch_size
 from lra.tasks.listops import DataModule
 from tests.lra.conftest import TINY, compose_config
@@ -89,3 +90,18 @@ def test_the_config_check_refuses_it_where_the_config_names_the_device_count(dev
             check_config(cfg)
     else:
         check_config(cfg)
+
+
+def test_an_evaluation_split_smaller_than_the_processes_is_refused_by_name(tiny_data_dir):
+    module = data_module(tiny_data_dir, 128, "task.batch_size=128", rank=5)  # 64 validation trees
+    with pytest.raises(UserError, match="the val split has 64 examples, fewer than the 128 processes"):
+        module.val_dataloader()
+
+
+@pytest.mark.parametrize("size, world, kept", [(7, 2, 6), (5, 4, 4), (9, 3, 9)])
+def test_every_rank_gets_as_many_examples_when_the_split_is_smaller_than_a_batch(size, world, kept):
+    shares = [list(EpochSampler(size, 0, whole=32, rank=rank, world=world)) for rank in range(world)]
+    assert {len(share) for share in shares} == {kept // world}
+    assert sorted(sum(shares, [])) == sorted(set(sum(shares, [])))  # no example twice
+    with pytest.raises(ValueError, match="3 training examples cannot be shared by 4 processes"):
+        EpochSampler(3, 0, world=4)
