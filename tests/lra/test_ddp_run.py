@@ -105,7 +105,7 @@ def test_a_run_killed_after_its_first_checkpoint_resumes_exactly(reference, tiny
     stop_after_first_checkpoint(tmp_path, tiny_data_dir, signal.SIGKILL, to="both")  # as when the machine goes
     assert not (tmp_path / "result.json").exists(), "the run finished before it could be killed"
     saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
-    assert saved["global_step"] == 4 and saved["torch_rng_states"].shape[0] == 2
+    assert saved["global_step"] in (4, 8) and saved["torch_rng_states"].shape[0] == 2  # mid-epoch (5 steps an epoch)
     assert not torch.equal(saved["torch_rng_states"][0], saved["torch_rng_states"][1])  # each rank its own
     rerun_matches_the_reference(tmp_path, tiny_data_dir, reference)
 
