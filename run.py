@@ -9,7 +9,6 @@ reported in about a second.
 from __future__ import annotations
 
 import logging
-import os
 import shlex
 import signal
 import sys
@@ -22,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lra.checks import missing_plugin, unknown_override
 from lra.errors import Diverged, UserError
-from lra.hydra_hooks import check_settings, holds_lock, note_job  # also registers the resolver conf/ uses
+from lra.hydra_hooks import check_settings, holds_lock, is_rank_zero, note_job  # also registers conf/'s resolver
 from lra.record_compat import old_experiment_spelling
 from lra.settings import complete
 
@@ -39,7 +38,7 @@ def to_log_file(message: str) -> None:
 
 def report(message: str, *, error: bool = False) -> None:
     """Print ``message`` and add it to the run's ``run.log``: once, by the first process of a DDP run."""
-    if any(os.environ.get(rank, "0") != "0" for rank in ("RANK", "LOCAL_RANK", "NODE_RANK")):
+    if not is_rank_zero():
         return
     print(f"\n{message}", file=sys.stderr if error else sys.stdout)
     to_log_file(message)

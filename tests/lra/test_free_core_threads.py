@@ -72,3 +72,21 @@ def test_torch_threads_sets_the_count_inside_and_restores_it_even_after_an_error
     except RuntimeError:
         pass
     assert torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize(("cpus", "devices", "expected"), [(2, 2, 1), (8, 2, 4), (2, 4, 1)])
+def test_cpu_ddp_ranks_share_the_cores_from_the_first_step(monkeypatch, cpus, devices, expected):
+    """Each of a node's ranks starts at its share of the cores: before, all of them took every core while the
+    others were still starting, spinning threads on shared cores until the first re-check 15 s later."""
+    before = torch.get_num_threads()
+    callback = threads.FreeCoreThreads(every_s=15.0, most=cpus)
+    callback.cpus = set(range(cpus))
+    monkeypatch.setattr(callback, "_reading", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(threads.time, "sleep", lambda seconds: None)
+    trainer = type("Trainer", (), {"world_size": devices, "num_devices": devices})()
+    module = type("Module", (), {"device": torch.device("cpu")})()
+    try:
+        callback.on_fit_start(trainer, module)
+        assert callback.most == expected and torch.get_num_threads() == expected
+    finally:
+        torch.set_num_threads(before)
