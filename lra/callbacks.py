@@ -37,6 +37,11 @@ class CheckpointOnPreemption(pl.Callback):
     are not saved, so a checkpoint between them would resume with part of a step lost.
 
     Lightning's own SLURM plugin takes SIGUSR1 over when it runs under SLURM with auto-requeue.
+
+    Under DDP the signal may reach one rank, or the ranks at different moments, and every rank must stop after
+    the same batch: a signal only marks this rank (``note_sigterm``, in place of Lightning's notifier, which
+    broadcasts from inside the handler), and at each training batch's end the ranks reduce their marks into the
+    flag Lightning stops on. A signal during validation stops after the pass; during the test stage, not at all.
     """
 
     def __init__(self, path: Path):
@@ -44,15 +49,23 @@ class CheckpointOnPreemption(pl.Callback):
         self.signum = signal.SIGTERM
         self._sigint_before = None
         self._deferred = False
+        self._marked = False  # under DDP: this rank received SIGTERM, not yet agreed on
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit" and hasattr(signal, "SIGUSR1"):
             signal.signal(signal.SIGUSR1, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
+        if trainer.world_size > 1:  # before Lightning registers its handlers (every stage), which compose this
+            trainer._signal_connector._sigterm_notifier_fn = partial(self.note_sigterm, trainer)
+
+    def note_sigterm(self, trainer: pl.Trainer, signum, frame) -> None:
+        """SIGTERM under DDP: mark this rank; rank zero passes it on to the other local ranks once, as Lightning
+        does. No collective here: only the signalled rank runs a handler."""
+        if not self._marked and trainer.strategy.launcher is not None:
+            trainer.strategy.launcher.kill(signum)
+        self._marked = True
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._catch_ctrl_c()  # here Lightning's SIGTERM handler is in place: before, SIGTERM would kill
-        if trainer.world_size > 1 and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, partial(flag_sigterm, trainer))  # Lightning's teardown restores its own
 
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._catch_ctrl_c()
@@ -68,7 +81,7 @@ class CheckpointOnPreemption(pl.Callback):
         signals = trainer._signal_connector  # holds the flag Lightning checks right after this hook
         received = signals.received_sigterm
         if trainer.world_size > 1:  # every rank stops after the same batch: one stopping alone leaves the others
-            received = trainer.strategy.reduce_boolean_decision(received, all=False)  # waiting in an all-reduce
+            received = trainer.strategy.reduce_boolean_decision(self._marked, all=False)  # waiting in a collective
         if received and between_parts:
             signals.received_sigterm, self._deferred = False, True
             log.warning("stopping after the last part of this batch (task.micro_batches)")
@@ -100,16 +113,6 @@ class CheckpointOnPreemption(pl.Callback):
             start_next_epoch(trainer)
         trainer.save_checkpoint(self.path, weights_only=False)
         log.warning("preempted at step %d: saved %s; rerun the same command to resume", trainer.global_step, self.path)
-
-
-def flag_sigterm(trainer: pl.Trainer, signum, frame) -> None:
-    """SIGTERM under DDP: pass it on to the other local ranks (from rank zero, as Lightning does) and set the flag
-    that ``on_train_batch_end`` reduces over the ranks. Lightning's own handler also broadcasts from rank zero
-    inside the handler: a collective that only the signalled rank enters, so a signal to rank one alone hung."""
-    signals = trainer._signal_connector
-    if not signals.received_sigterm and trainer.strategy.launcher is not None:
-        trainer.strategy.launcher.kill(signum)
-    signals.received_sigterm = True
 
 
 def at_epoch_end(trainer: pl.Trainer) -> bool:
@@ -146,16 +149,18 @@ class StopOnDivergence(pl.Callback):
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch,
                            batch_idx: int) -> None:
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        if not isinstance(loss, torch.Tensor):
+        if isinstance(loss, torch.Tensor):
+            bad = ~torch.isfinite(loss.detach()).all()
+            self.bad = bad if self.bad is None else self.bad | bad
+        elif trainer.world_size == 1:
             return
-        bad = ~torch.isfinite(loss.detach()).all()
-        self.bad = bad if self.bad is None else self.bad | bad
-        if loss.device.type == "cpu" or trainer.global_step % max(1, trainer.log_every_n_steps) == 0:
-            here = bool(self.bad.item())
+        if pl_module.device.type == "cpu" or trainer.global_step % max(1, trainer.log_every_n_steps) == 0:
+            here = self.bad is not None and bool(self.bad.item())  # the same condition on every rank: a collective
             anywhere = here if trainer.world_size == 1 else trainer.strategy.reduce_boolean_decision(here, all=False)
             if anywhere:  # every rank stops at once: one rank raising alone would leave the others waiting
+                value = loss.item() if isinstance(loss, torch.Tensor) else None
                 where = "" if here else " on this process, non-finite on another"
-                raise Diverged(f"the training loss is {loss.item()}{where} at step {trainer.global_step} "
+                raise Diverged(f"the training loss is {value}{where} at step {trainer.global_step} "
                                f"(non-finite from this step or shortly before): the run diverged. {self.hint}")
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

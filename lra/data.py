@@ -229,6 +229,9 @@ class CompactDataModule(pl.LightningDataModule):
         micro = int(self.task["micro_batches"])  # parts of a batch: every batch whole, so steps align
         seed, whole = int(self.cfg["seed"]), self.task["batch_size"] if micro > 1 else 1
         rank, world = self.shard()
+        if len(self.data["train"]) < world:
+            raise UserError(f"the training split has {len(self.data['train'])} examples, fewer than the {world} "
+                            "processes: run on fewer (trainer.devices) or generate a larger split")
         if self.task["batching"] == "length_grouped":
             return LengthGroupedSampler(self.padded_lengths("train"), seed, self.task["batch_size"],
                                         int(self.task["batching_pool"]), whole=whole, rank=rank, world=world)

@@ -94,6 +94,7 @@ class FreeCoreThreads(pl.Callback):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.world_size > 1 and pl_module.device.type == "cpu":  # the node's ranks share its cores
             self.most = max(1, min(self.most, len(self.cpus) // max(1, trainer.num_devices)))
+            self._before = min(self._before, self.most)  # kept after fit too: the test stage shares them as well
         self._last = self._reading()
         time.sleep(0.25)  # a short look at the machine before the first step
         self.check()

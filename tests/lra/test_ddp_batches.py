@@ -96,6 +96,9 @@ def test_an_evaluation_split_smaller_than_the_processes_is_refused_by_name(tiny_
     module = data_module(tiny_data_dir, 128, "task.batch_size=128", rank=5)  # 64 validation trees
     with pytest.raises(UserError, match="the val split has 64 examples, fewer than the 128 processes"):
         module.val_dataloader()
+    module = data_module(tiny_data_dir, 256, "task.batch_size=256", rank=5)  # 160 training trees
+    with pytest.raises(UserError, match="the training split has 160 examples, fewer than the 256 processes"):
+        module.train_dataloader()
 
 
 @pytest.mark.parametrize("size, world, kept", [(7, 2, 6), (5, 4, 4), (9, 3, 9)])

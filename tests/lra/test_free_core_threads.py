@@ -88,5 +88,7 @@ def test_cpu_ddp_ranks_share_the_cores_from_the_first_step(monkeypatch, cpus, de
     try:
         callback.on_fit_start(trainer, module)
         assert callback.most == expected and torch.get_num_threads() == expected
+        callback.teardown(trainer, module, "fit")
+        assert torch.get_num_threads() == min(before, expected)  # the test stage keeps the share
     finally:
         torch.set_num_threads(before)

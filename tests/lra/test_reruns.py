@@ -127,10 +127,10 @@ def test_under_ddp_every_rank_stops_when_one_diverges(mine, others, stops):
 
     trainer = SimpleNamespace(world_size=2, global_step=7, log_every_n_steps=1,
                               strategy=SimpleNamespace(reduce_boolean_decision=reduce_boolean_decision))
-    hook = StopOnDivergence("hint").on_train_batch_end
+    hook, cpu_module = StopOnDivergence("hint").on_train_batch_end, SimpleNamespace(device=torch.device("cpu"))
     if stops:
         with pytest.raises(Diverged, match="at step 7"):
-            hook(trainer, None, {"loss": torch.tensor(mine)}, None, 0)
+            hook(trainer, cpu_module, {"loss": torch.tensor(mine)}, None, 0)
     else:
-        hook(trainer, None, {"loss": torch.tensor(mine)}, None, 0)
+        hook(trainer, cpu_module, {"loss": torch.tensor(mine)}, None, 0)
     assert asked == [(mine != mine, False)]  # this rank's verdict, stopping if any rank says so
