@@ -41,7 +41,7 @@ from .lock import run_folder_lock
 from .same_run import refuse_other_run
 from .settings import complete
 
-RANK_KEYS = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")  # as Lightning reads a process's rank
+RANK_KEYS = ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")  # what launchers set
 FINE = ("completed", "already completed")  # job outcomes a sweep exits 0 with
 _job_status: str | None = None  # the outcome ``run.py`` noted for the job this process runs
 _locked: set[str] = set()  # run folders whose run.lock a hook of this process holds
@@ -89,8 +89,7 @@ if not OmegaConf.has_resolver("run_name"):
 
 def is_rank_zero() -> bool:
     """This process is rank zero (or not one of several): the one that locks and writes the run folder."""
-    rank = next((os.environ[key] for key in RANK_KEYS if key in os.environ), "0")
-    return int(rank) == 0
+    return all(int(os.environ.get(key, "0")) == 0 for key in RANK_KEYS)  # node 1's local rank 0 is not rank zero
 
 
 def added_keys_reference(overrides: list[str]) -> tuple[list[str], dict[str, Any] | None]:

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from lra import hydra_hooks
 from lra.checks import check_config
 from lra.errors import UserError
 from lra.sampling import EpochSampler
@@ -108,3 +109,14 @@ def test_every_rank_gets_as_many_examples_when_the_split_is_smaller_than_a_batch
     assert sorted(sum(shares, [])) == sorted(set(sum(shares, [])))  # no example twice
     with pytest.raises(ValueError, match="3 training examples cannot be shared by 4 processes"):
         EpochSampler(3, 0, world=4)
+
+
+@pytest.mark.parametrize(("env", "zero"), [({}, True), ({"RANK": "0", "LOCAL_RANK": "0"}, True), ({"RANK": "1"}, False),
+                                           ({"LOCAL_RANK": "0", "NODE_RANK": "1"}, False),
+                                           ({"SLURM_PROCID": "3"}, False)])
+def test_rank_zero_is_the_first_process_of_the_first_node(monkeypatch, env, zero):
+    for key in hydra_hooks.RANK_KEYS:
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert hydra_hooks.is_rank_zero() is zero
