@@ -186,7 +186,7 @@ class CompactDataModule(pl.LightningDataModule):
         """Examples in one training micro-batch of this process (``lra.settings.micro_batch_size``): under DDP
         rank r takes every world-th example of the training order, so the ranks' batches of one step together are
         the batch one process would take."""
-        return micro_batch_size(self.task, self.trainer.world_size if self.trainer is not None else 1)
+        return micro_batch_size(self.task, self.shard()[1])
 
     def _loader(self, split: str, sampler: EpochSampler | list[int] | None = None) -> DataLoader:
         data = self.task["data"]
