@@ -4,13 +4,14 @@
 ``rows x keys`` scores, weights and dropout masks exist for one block only, and the backward pass
 recomputes them block by block from ``q, k, v`` instead of autograd keeping every block's weights (the
 memory of a training step on long sequences is then that of the inputs, not of the weights). The backward
-is written out: with ``P`` the weights and ``dP = drop(dO v^T)``,
+is written out: with ``P`` the weights, ``G = dO v^T`` and ``dP = drop(G)``,
 
     dv = drop(P)^T dO,   dS = P (dP - rowsum(P dP)),   dq = scale dS k,   dk = scale dS^T q.
 
 Same values as autograd through the explicit form: rows where nothing is allowed have ``P = 0`` (as
 ``masked_softmax`` gives) and so ``dS = 0``; dropout is a fixed mask times ``1 / (1 - p)``, so the
-backward applies the same function to ``dO v^T``.
+backward applies the same function to ``G``, and since it multiplies elementwise, ``P dP = G drop(P)``: one
+dropout of ``P`` serves ``dv`` and ``dS`` (a hashed mask is computed once a block, not twice).
 """
 
 from __future__ import annotations
@@ -54,13 +55,10 @@ def block_backward(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, scale: flo
                    drop: Drop) -> tuple[Tensor, Tensor, Tensor]:
     """``(dq, dk, dv)`` of one block, the weights recomputed (shapes of ``q``, ``k``, ``v``)."""
     probs = block_weights(q, k, scale, allowed)
-    kept = probs if drop is None else drop(probs)
+    kept = probs if drop is None else drop(probs)  # a new tensor: probs is read again below
     grad_v = kept.transpose(-1, -2) @ grad_out
+    grad_probs = (grad_out @ v.transpose(-1, -2)).mul_(kept)  # P dP = G drop(P)
     del kept
-    grad_probs = grad_out @ v.transpose(-1, -2)
-    if drop is not None:
-        grad_probs = drop(grad_probs)
-    grad_probs.mul_(probs)  # P dP
     row = grad_probs.sum(-1, keepdim=True)
     grad_scores = grad_probs.sub_(probs.mul_(row)).mul_(scale)  # P (dP - rowsum(P dP)) * scale
     return grad_scores @ k, grad_scores.transpose(-1, -2) @ q, grad_v

@@ -38,6 +38,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
+from benchmarks import attention_name
 from benchmarks.flops import counter, gemm_gflops
 from lra.allocator import reuse_freed_memory
 from lra.atomic import write_atomic
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run_estimate", description=__doc__.splitlines()[0])
-    parser.add_argument("--attentions", nargs="+", default=ATTENTIONS)
+    parser.add_argument("--attentions", nargs="+", default=ATTENTIONS, type=attention_name)
     parser.add_argument("--steps", type=int, default=3, help="timed training steps (median)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed first steps (at least 1)")
     parser.add_argument("--every", type=int, default=8, help="time every N-th evaluation batch (1: all)")

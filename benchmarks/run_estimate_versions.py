@@ -22,6 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks import attention_name
 from benchmarks.revision import ROOT, unpack
 from lra.atomic import write_atomic
 from lra.errors import UserError
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run_estimate_versions",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--against", required=True, help="git revision to compare with")
-    parser.add_argument("--attentions", nargs="+", default=["llops"])
+    parser.add_argument("--attentions", nargs="+", default=["llops"], type=attention_name)
     parser.add_argument("--rounds", type=int, default=3, help="pairs of runs (default 3)")
     parser.add_argument("--steps", type=int, default=3, help="run_estimate's timed training steps (median)")
     parser.add_argument("--warmup", type=int, default=1, help="run_estimate's untimed first steps")

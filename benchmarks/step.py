@@ -21,6 +21,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import Tensor, nn
 
+from benchmarks import attention_name
 from benchmarks.loading import LoadingTimer
 from lra.allocator import reuse_freed_memory
 from lra.atomic import write_atomic
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.step", description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="+", default=None, help=f"default: every task up to {LONGEST} tokens")
-    parser.add_argument("--attentions", nargs="+", default=ATTENTIONS)
+    parser.add_argument("--attentions", nargs="+", default=ATTENTIONS, type=attention_name)
     parser.add_argument("--batch", type=int, default=None, help="batch size (default: the task's)")
     parser.add_argument("--experiment", default=None, help="e.g. quick (default: the full protocol)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps (median reported)")

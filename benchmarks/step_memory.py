@@ -36,6 +36,7 @@ import pytorch_lightning as pl
 import torch
 
 import attention_zoo
+from benchmarks import attention_name
 from benchmarks.loading import LoadingTimer
 from benchmarks.step import VOCAB
 from lra.allocator import reuse_freed_memory
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.step_memory", description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="+", default=TASKS)
-    parser.add_argument("--attentions", nargs="+", default=linear_time_attentions())
+    parser.add_argument("--attentions", nargs="+", default=linear_time_attentions(), type=attention_name)
     parser.add_argument("--batch", type=int, default=None, help="measured batch (default: the task's, 32)")
     parser.add_argument("--fit-batch", type=int, default=32, help="batch the fit is judged at")
     parser.add_argument("--fit-gib", type=float, default=4.0)

@@ -1,8 +1,12 @@
-"""Softmax: the per-sequence CPU path equals the masked SDPA on real tokens, values and gradients."""
+"""Softmax: the per-sequence CPU path equals the masked SDPA on real tokens, values and gradients; with dropout on
+the CPU, the recomputed blocks equal autograd through the explicit weights times the same 16-bit masks."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
+from attention_zoo import _recomputed_softmax as recomputed_softmax
+from attention_zoo._dropout_masks import apply_mask, effective_p, keep_mask, keep_scale
 from attention_zoo.softmax import SoftmaxAttention, naive_softmax, prefix_lengths
 
 
@@ -55,3 +59,52 @@ def test_dropout_on_the_per_sequence_path_drops_weights_of_real_tokens_only():
     mean = draws.mean(0)[keep]
     assert (mean - plain).norm() < 0.1 * plain.norm()  # the average draw is the plain output
     assert torch.equal(attention.eval()(q, k, v, mask)[keep], SoftmaxAttention()(q, k, v, mask)[keep])
+
+
+def explicit_dropped(q, k, v, lengths, p):
+    """Autograd through the explicit weights times the keep masks, drawn as the attention draws them: one a
+    sequence at its length (``lengths``), or one for the whole batch (``lengths`` None)."""
+    if lengths is None:
+        weights = (q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5).softmax(-1)
+        return apply_mask(weights, keep_mask(weights.shape, p, q.device), keep_scale(p)) @ v
+    out = q.new_zeros(q.shape)
+    for i, n in enumerate(lengths):
+        s = slice(i, i + 1)
+        out[s, :, :n] = explicit_dropped(q[s, :, :n], k[s, :, :n], v[s, :, :n], None, p)
+    return out
+
+
+@pytest.mark.parametrize("padded", [True, False])
+def test_cpu_dropout_is_the_explicit_weights_times_the_drawn_masks_values_and_gradients(padded, monkeypatch):
+    """The recomputed-block path (several blocks of rows here) against autograd through ``apply_mask(P) v``."""
+    monkeypatch.setattr(recomputed_softmax, "BLOCK_BYTES", 2 * 2 * 40 * 8)  # 5 rows a block (float64)
+    torch.manual_seed(4)
+    lengths = [37, 50, 1, 23] if padded else [50] * 4
+    mask = torch.arange(50)[None] < torch.tensor(lengths)[:, None]
+    q, k, v = (torch.randn(4, 2, 50, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    upstream = torch.randn(4, 2, 50, 8, dtype=torch.float64) * mask[:, None, :, None]
+    attention = SoftmaxAttention(dropout=0.3).train()
+    results = []
+    for fn in (lambda: attention(q, k, v, mask if padded else None), lambda: explicit_dropped(q, k, v, lengths if padded else None, 0.3)):
+        torch.manual_seed(9)
+        out = fn()
+        (out * upstream).sum().backward()
+        results.append((out, *(t.grad.clone() for t in (q, k, v))))
+        for t in (q, k, v):
+            t.grad = None
+    for ours, ref in zip(*results):
+        torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-12)
+    assert not torch.equal(results[0][0], SoftmaxAttention()(q, k, v, mask))  # weights were dropped
+
+
+def test_cpu_dropout_keeps_1_minus_p_of_the_weights():
+    """With ``v`` the identity, the output is the dropped weights themselves: 0 where dropped."""
+    torch.manual_seed(6)
+    n = 256
+    q, k = (torch.randn(1, 2, n, 8) for _ in range(2))
+    eye = torch.eye(n).expand(1, 2, n, n)
+    out = SoftmaxAttention(dropout=0.25).train()(q, k, eye)
+    dropped = (out == 0).double().mean().item()
+    assert abs(dropped - effective_p(0.25)) < 4 * (0.25 * 0.75 / out.numel()) ** 0.5
+    plain = naive_softmax(q, k, eye)
+    torch.testing.assert_close(out[out != 0], plain[out != 0] * keep_scale(0.25))
