@@ -216,6 +216,19 @@ def eval_batch_size(task: dict[str, Any]) -> int:
     return int(task["data"]["eval_batch_size"] or micro_batch_size(task))
 
 
+def refuse_ddp_without_gpu(trainer: dict[str, Any]) -> None:
+    """``trainer=ddp`` (accelerator ``auto``, ``bf16-mixed``) where torch sees no GPU is refused: Lightning would run
+    one process on the CPU in bf16 autocast, neither DDP nor the CPU's float32, without a word."""
+    import torch
+
+    if trainer.get("accelerator") == "auto" and str(trainer.get("strategy", "")).startswith("ddp") \
+            and not torch.cuda.is_available():
+        raise UserError(f"trainer.strategy={trainer['strategy']} with trainer.accelerator=auto found no GPU (torch "
+                        f"sees none), so it would run one {trainer.get('precision')} process on the CPU: on a CPU use "
+                        f"trainer=ddp_cpu (float32 processes, trainer.devices of them), or set trainer.accelerator=cpu "
+                        f"to choose the rest yourself")
+
+
 def trainer_arguments(cfg: dict[str, Any]) -> dict[str, Any]:
     """Lightning ``Trainer`` arguments: ``cfg['trainer']`` with the validation interval counted in optimizer steps.
 
@@ -223,6 +236,7 @@ def trainer_arguments(cfg: dict[str, Any]) -> dict[str, Any]:
     accumulates n micro-batches into each optimizer step; Lightning counts the interval in micro-batches, so it
     is scaled to stay ``task.eval_every`` optimizer steps."""
     args = dict(cfg["trainer"])
+    refuse_ddp_without_gpu(args)
     args["use_distributed_sampler"] = False  # under DDP the data module shards its own orders: exact resume
     every, steps = args.get("val_check_interval"), args.get("max_steps")
     if not args.get("fast_dev_run") and type(every) is int and type(steps) is int and 0 < steps < every:

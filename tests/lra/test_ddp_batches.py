@@ -6,12 +6,13 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from lra import hydra_hooks
 from lra.checks import check_config
 from lra.errors import UserError
 from lra.sampling import EpochSampler
-from lra.settings import micro_batch_size
+from lra.settings import micro_batch_size, trainer_arguments
 from lra.tasks.listops import DataModule
 from tests.lra.conftest import TINY, compose_config
 
@@ -120,3 +121,16 @@ def test_rank_zero_is_the_first_process_of_the_first_node(monkeypatch, env, zero
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     assert hydra_hooks.is_rank_zero() is zero
+
+
+def test_trainer_ddp_without_a_gpu_is_refused_with_the_cpu_preset_named(monkeypatch):
+    """``trainer=ddp``'s accelerator ``auto`` and ``bf16-mixed`` would be one bf16 CPU process: refused, naming
+    ``trainer=ddp_cpu``; with a GPU, or with the accelerator chosen, it is built as given."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    refused = "found no GPU .* one bf16-mixed process on the CPU: on a CPU use trainer=ddp_cpu"
+    with pytest.raises(UserError, match=refused):
+        trainer_arguments(compose_config(["task=listops", "trainer=ddp"]))
+    assert trainer_arguments(compose_config(["task=listops", "trainer=ddp_cpu"]))["precision"] == "32-true"
+    assert trainer_arguments(compose_config(["task=listops", "trainer=ddp", "trainer.accelerator=cpu"]))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert trainer_arguments(compose_config(["task=listops", "trainer=ddp"]))["precision"] == "bf16-mixed"
