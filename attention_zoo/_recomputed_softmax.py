@@ -16,12 +16,13 @@ dropout of ``P`` serves ``dv`` and ``dS`` (a hashed mask is computed once a bloc
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import Tensor
 
 Drop = Callable[[Tensor], Tensor] | None
+Blocks = Callable[[Tensor, Tensor], Iterable[tuple[slice, Drop]]]  # (q, k) -> (rows, drop) per block
 
 BLOCK_BYTES = 2**22  # weights per block: 4 MiB (a few such tensors stay in this CPU's cache)
 
@@ -62,3 +63,34 @@ def block_backward(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, scale: flo
     row = grad_probs.sum(-1, keepdim=True)
     grad_scores = grad_probs.sub_(probs.mul_(row)).mul_(scale)  # P (dP - rowsum(P dP)) * scale
     return grad_scores @ k, grad_scores.transpose(-1, -2) @ q, grad_v
+
+
+class _RowBlocks(torch.autograd.Function):
+    """``drop(softmax(q k^T / sqrt(d))) v`` without a mask, one block of query rows at a time as ``blocks(q, k)``
+    yields them, the weights recomputed in backward."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, blocks: Blocks) -> Tensor:
+        ctx.save_for_backward(q, k, v)
+        ctx.blocks = blocks
+        out = q.new_empty(q.shape[:-1] + v.shape[-1:])
+        for rows, drop in blocks(q, k):
+            out[:, :, rows] = block_forward(q[:, :, rows], k, v, q.shape[-1] ** -0.5, None, drop)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        q, k, v = ctx.saved_tensors
+        grad_q, grad_k, grad_v = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        for rows, drop in ctx.blocks(q, k):
+            dq, dk, dv = block_backward(q[:, :, rows], k, v, grad_out[:, :, rows], q.shape[-1] ** -0.5, None, drop)
+            grad_q[:, :, rows] = dq
+            grad_k += dk
+            grad_v += dv
+        return grad_q, grad_k, grad_v, None
+
+
+def row_block_attention(q: Tensor, k: Tensor, v: Tensor, blocks: Blocks) -> Tensor:
+    """``q, k, v`` ``(B, H, N|M, .)``: unmasked softmax attention whose ``blocks(q, k)`` name the query rows of each
+    block and its dropout (called again in backward: it must yield the same blocks and drops)."""
+    return _RowBlocks.apply(q, k, v, blocks)

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from ._attention_dropout import attention_dropout, check_dropout, dropout_seed
 from ._blocks import real_tokens, refuse_causal, scaled_scores
-from ._recomputed_softmax import block_backward, block_forward, rows_per_block
+from ._recomputed_softmax import row_block_attention, rows_per_block
 from .kernel import float32_region
 from .registry import register
 
@@ -57,44 +57,19 @@ def _project(proj: Tensor, x: Tensor) -> Tensor:
     return (proj @ flat).view(h, -1, b, d).permute(2, 0, 1, 3).contiguous()  # read by every block of rows
 
 
-class _ProjectedAttention(torch.autograd.Function):
-    """``drop(softmax(q keys^T / sqrt(d))) values`` over blocks of query rows, the ``(B, H, N, k)`` weights
-    recomputed in backward (``_recomputed_softmax``); dropout names weights by query row and key row."""
-
-    @staticmethod
-    def forward(ctx, q: Tensor, keys: Tensor, values: Tensor, p: float, seed: int | None) -> Tensor:
-        ctx.save_for_backward(q, keys, values)
-        ctx.p, ctx.seed = p, seed
-        out = torch.empty_like(q)
-        for rows, drop in _ProjectedAttention.blocks(q, keys, p, seed):
-            out[:, :, rows] = block_forward(q[:, :, rows], keys, values, q.shape[-1] ** -0.5, None, drop)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out: Tensor):
-        q, keys, values = ctx.saved_tensors
-        grad_q, grad_k, grad_v = torch.empty_like(q), torch.zeros_like(keys), torch.zeros_like(values)
-        for rows, drop in _ProjectedAttention.blocks(q, keys, ctx.p, ctx.seed):
-            dq, dk, dv = block_backward(q[:, :, rows], keys, values, grad_out[:, :, rows], q.shape[-1] ** -0.5,
-                                        None, drop)
-            grad_q[:, :, rows] = dq
-            grad_k += dk
-            grad_v += dv
-        return grad_q, grad_k, grad_v, None, None
-
-    @staticmethod
-    def blocks(q: Tensor, keys: Tensor, p: float, seed: int | None):
-        """``(rows, drop)`` per block of query rows: a slice and its dropout (None without)."""
-        b, h, n, _ = q.shape
-        size = rows_per_block(n, b * h, keys.shape[-2], q.element_size())
-        cols = torch.arange(keys.shape[-2], device=q.device)
-        for start in range(0, n, size):
-            rows = slice(start, min(start + size, n))
-            drop = None
-            if seed is not None:
-                query_pos = torch.arange(rows.start, rows.stop, device=q.device)[:, None]
-                drop = partial(attention_dropout, p=p, seed=seed, query_pos=query_pos, key_pos=cols)
-            yield rows, drop
+def _projected_blocks(q: Tensor, keys: Tensor, p: float, seed: int | None):
+    """``(rows, drop)`` per block of query rows of ``drop(softmax(q keys^T / sqrt(d))) values``: a slice and its
+    dropout (None without), which names a weight by its query row and key row."""
+    b, h, n, _ = q.shape
+    size = rows_per_block(n, b * h, keys.shape[-2], q.element_size())
+    cols = torch.arange(keys.shape[-2], device=q.device)
+    for start in range(0, n, size):
+        rows = slice(start, min(start + size, n))
+        drop = None
+        if seed is not None:
+            query_pos = torch.arange(rows.start, rows.stop, device=q.device)[:, None]
+            drop = partial(attention_dropout, p=p, seed=seed, query_pos=query_pos, key_pos=cols)
+        yield rows, drop
 
 
 @register("linformer")
@@ -139,7 +114,7 @@ class LinformerAttention(nn.Module):
             real = real_tokens(key_padding_mask, q)[:, None, :, None].float()
             keys, values = _project(proj_k, k.float() * real), _project(proj_v, v.float() * real)  # (B, H, k, D)
             seed = dropout_seed() if self.training and self.dropout > 0 else None
-            out = _ProjectedAttention.apply(q.float(), keys, values, self.dropout, seed)
+            out = row_block_attention(q.float(), keys, values, partial(_projected_blocks, p=self.dropout, seed=seed))
         return out.to(v.dtype)
 
     def naive(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:

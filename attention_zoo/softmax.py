@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._dropout_masks import apply_mask, keep_mask, keep_scale
-from ._recomputed_softmax import block_backward, block_forward, rows_per_block
+from ._recomputed_softmax import row_block_attention, rows_per_block
 from .kernel import prefix_lengths
 from .registry import register
 
@@ -36,53 +36,28 @@ def naive_softmax(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | No
     return (scores.softmax(-1) @ v.float()).to(v.dtype)
 
 
-class _DroppedSoftmax(torch.autograd.Function):
-    """``drop(softmax(q k^T / sqrt(d))) v`` with no mask, over blocks of query rows (``_recomputed_softmax``).
-
-    The keep mask is drawn once, ``(B, H, N, N)`` bools from the 16-bit CPU words (``_dropout_masks``), and saved
-    for backward, which recomputes the weights block by block. On the CPU this is ~1.7x faster than SDPA's
-    explicit path with ``dropout_p`` (its ``bernoulli_`` mask and its float copies; one sequence of 1,500 tokens,
-    2 heads of 32, one thread: 36 ms against 61 ms forward and backward).
-    """
-
-    @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, p: float) -> Tensor:
-        kept = keep_mask(q.shape[:-1] + k.shape[-2:-1], p, q.device)  # (B, H, N, N)
-        ctx.save_for_backward(q, k, v, kept)
-        ctx.p = p
-        out = q.new_empty(q.shape[:-1] + v.shape[-1:])
-        for rows, drop in _DroppedSoftmax.blocks(q, kept, p):
-            out[:, :, rows] = block_forward(q[:, :, rows], k, v, q.shape[-1] ** -0.5, None, drop)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out: Tensor):
-        q, k, v, kept = ctx.saved_tensors
-        grad_q, grad_k, grad_v = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
-        for rows, drop in _DroppedSoftmax.blocks(q, kept, ctx.p):
-            dq, dk, dv = block_backward(q[:, :, rows], k, v, grad_out[:, :, rows], q.shape[-1] ** -0.5, None, drop)
-            grad_q[:, :, rows] = dq
-            grad_k += dk
-            grad_v += dv
-        return grad_q, grad_k, grad_v, None
-
-    @staticmethod
-    def blocks(q: Tensor, kept: Tensor, p: float):
-        """``(rows, drop)`` per block of query rows: a slice and its dropout (a multiply by 0 or ``1 / (1 - p)``)."""
-        b, h, n, _ = q.shape
-        size = rows_per_block(n, b * h, kept.shape[-1], q.element_size())
-        for start in range(0, n, size):
-            rows = slice(start, min(start + size, n))
-            yield rows, partial(apply_mask, kept=kept[:, :, rows], scale=keep_scale(p))
+def _kept_blocks(q: Tensor, k: Tensor, kept: Tensor, p: float):
+    """``(rows, drop)`` per block of query rows: a slice and its dropout (a multiply by 0 or ``1 / (1 - p)``)."""
+    b, h, n, _ = q.shape
+    size = rows_per_block(n, b * h, k.shape[-2], q.element_size())
+    for start in range(0, n, size):
+        rows = slice(start, min(start + size, n))
+        yield rows, partial(apply_mask, kept=kept[:, :, rows], scale=keep_scale(p))
 
 
 def dropped_softmax(q: Tensor, k: Tensor, v: Tensor, p: float) -> Tensor:
     """Softmax attention without a mask, its weights dropped with probability ``p`` (inverted dropout).
 
+    The keep mask is drawn once, ``(B, H, N, N)`` bools from the 16-bit CPU words (``_dropout_masks``), and the
+    weights are recomputed block by block in backward (``_recomputed_softmax``): on the CPU ~1.7x faster than
+    SDPA's explicit path with ``dropout_p`` (its ``bernoulli_`` mask and float copies; one sequence of 1,500
+    tokens, 2 heads of 32, one thread: 36 ms against 61 ms forward and backward).
+
     The drop rate is the 16-bit masks' ``round(p * 2**16) / 2**16`` (within ``2**-17`` of ``p``); the masks come
     from torch's default generator (one draw a call), so a seed or a checkpointed RNG state repeats them.
     """
-    return _DroppedSoftmax.apply(q, k, v, p)
+    kept = keep_mask(q.shape[:-1] + k.shape[-2:-1], p, q.device)  # (B, H, N, N), saved for backward
+    return row_block_attention(q, k, v, partial(_kept_blocks, kept=kept, p=p))
 
 
 def per_sequence(q: Tensor, k: Tensor, v: Tensor, lengths: list[int], attend) -> Tensor:
