@@ -103,6 +103,9 @@ PORT_LR = {"task.optim.lr": 1e-4}  # the ports'; ListOps' default is 1e-3 since 
 
 @pytest.mark.parametrize("experiment, changed", [
     ("study_init", {"model.embed_init_std": 0.02, **PORT_LR}),
+    ("study_attn_dropout", {"model.attention_dropout": 0.1, **PORT_LR}),
+    ("study_onecycle", {"task.optim.schedule": "onecycle", **PORT_LR}),
+    ("study_padded_mean", {"model.pooling": "padded_mean", **PORT_LR}),
     ("study_lr", {}),  # ListOps' default moved to the study's 1e-3
     ("study_port", {"model.embed_init_std": 0.02, "model.attention_dropout": 0.1, "model.pooling": "padded_mean",
                     "task.optim.schedule": "onecycle", **PORT_LR}),
