@@ -17,6 +17,7 @@ import attention_zoo
 from . import rng_state
 from .attention_options import check_type
 from .errors import UserError
+from .machine import describe
 from .model import ClassifierHead, Encoder
 from .optimizer import adamw
 from .schedules import lr_multiplier, scheduler
@@ -105,6 +106,7 @@ class ClassificationModule(pl.LightningModule):
         self.train_acc, self.val_acc, self.test_acc = metric(), metric(), metric()
         self.train_tokens = 0  # real (unpadded) training tokens over every segment of the run
         self.fit_seconds_before = 0.0  # training time of the segments before a resume
+        self.segments: list[dict[str, Any]] = []  # each segment's first step and machine (lra.machine)
         self._segment_start: float | None = None
 
     def build_head(self, model: dict[str, Any], num_classes: int) -> nn.Module:
@@ -150,6 +152,10 @@ class ClassificationModule(pl.LightningModule):
     def on_fit_start(self) -> None:
         self._segment_start = time.perf_counter()
 
+    def on_train_start(self) -> None:  # after a resume has restored the step
+        machine = describe(self.device, self.trainer.world_size)
+        self.segments.append({"from_step": int(self.trainer.global_step), **machine})
+
     def fit_seconds(self) -> float:
         """Training time so far, summed over the segments of an interrupted and resumed run."""
         running = 0.0 if self._segment_start is None else time.perf_counter() - self._segment_start
@@ -157,7 +163,8 @@ class ClassificationModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         rng_state.add_to(checkpoint, self)  # dropout masks continue exactly on resume (all ranks get here)
-        checkpoint["run_progress"] = {"fit_seconds": self.fit_seconds(), "train_tokens": self.train_tokens}
+        checkpoint["run_progress"] = {"fit_seconds": self.fit_seconds(), "train_tokens": self.train_tokens,
+                                      "segments": self.segments}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self._trainer is not None:  # None where a checkpoint is loaded outside a run (analyses): no draws
@@ -165,6 +172,7 @@ class ClassificationModule(pl.LightningModule):
         progress = checkpoint.get("run_progress") or {}
         self.fit_seconds_before = float(progress.get("fit_seconds", 0.0))
         self.train_tokens = int(progress.get("train_tokens", 0))
+        self.segments = list(progress.get("segments", []))
 
     def configure_optimizers(self):
         optim = self.cfg["task"]["optim"]

@@ -53,6 +53,7 @@ class RunRecord(RunIdentity, total=False):
     tokens_per_s: float | None
     best_checkpoint: str | None
     steps: int
+    segments: list[dict[str, Any]]  # each training segment (the first, each resume): from_step and its machine
 
 
 class AnalysisRecord(TypedDict, total=False):

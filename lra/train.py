@@ -96,6 +96,7 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     trainer.fit(model, datamodule=datamodule, ckpt_path=str(resume) if resume else None, weights_only=True)
     # testing reloads the best checkpoint's progress counters: read them now
     fit_time, train_tokens, earlier = model.fit_seconds(), model.train_tokens, model.fit_seconds_before
+    segments = list(model.segments)
     best = checkpoint.best_model_path or None
     val_acc = checkpoint.best_model_score if best else trainer.callback_metrics.get("val/acc")
     tested = trainer.test(model, datamodule=datamodule, ckpt_path=best, weights_only=True)[0]
@@ -112,6 +113,7 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         "tokens_per_s": train_tokens * trainer.world_size / fit_time if fit_time > 0 else None,
         "best_checkpoint": best,
         "steps": trainer.global_step,
+        "segments": segments,
     }
 
 

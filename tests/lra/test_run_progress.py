@@ -60,3 +60,17 @@ def test_without_a_progress_bar_each_validation_prints_one_progress_line(tiny_da
     assert lines[0].startswith("listops/linear/seed0 (run): step 7/20 val_acc ") and "min to go" in lines[0]
     accs = [float(line.split("val_acc ")[1].split(" ")[0]) for line in lines]
     assert float(lines[1].split("(best ")[1].split(")")[0]) == max(accs)
+
+
+def test_each_segment_names_its_first_step_and_machine(tiny_data_dir, tmp_path, monkeypatch):
+    with monkeypatch.context() as patch:
+        patch.setattr(CheckpointOnPreemption, "on_train_batch_start", signal_at_step(9), raising=False)
+        with pytest.raises(SIGTERMException):
+            run(config(tiny_data_dir), tmp_path)
+    resumed = run(config(tiny_data_dir), tmp_path)
+    first, second = resumed["segments"]
+    assert first["from_step"] == 0 and 0 < second["from_step"] < 20
+    for segment in (first, second):
+        assert segment["device"] == "cpu" and segment["processes"] == 1
+        assert segment["cores"] >= 1 and segment["threads"] >= 1 and segment["cpu"]
+    assert json.loads((tmp_path / "result.json").read_text())["segments"] == resumed["segments"]

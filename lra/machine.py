@@ -1,0 +1,50 @@
+"""Where a run segment trained: the processor, the cores it could use, torch's threads and the device.
+
+Wall times and tokens/s mean little without the machine (these runs move between AMD and Intel CPUs, one or two
+threads, and sometimes a GPU), so every segment of a run (the first, and each resume) names its machine in the
+record's ``segments`` (``lra.module.LRAModule``).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import torch
+
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def cpu_model() -> str:
+    """The processor's model name (``/proc/cpuinfo`` on Linux), else what ``platform`` says."""
+    try:
+        for line in CPUINFO.read_text(errors="replace").splitlines():
+            if line.startswith("model name") and ":" in line:
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity where the OS has one, e.g. under ``taskset``)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def device_name(device: torch.device) -> str:
+    """``cpu``, or the accelerator's name (``cuda: NVIDIA H200``)."""
+    if device.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(device)}"
+    return device.type
+
+
+def describe(device: torch.device, processes: int) -> dict[str, Any]:
+    """The machine of one run segment; ``threads`` is torch's intra-op count when the segment starts (on a CPU the
+    suite may change it as cores free up: ``lra.threads``)."""
+    return {"cpu": cpu_model(), "cores": usable_cores(), "threads": torch.get_num_threads(),
+            "device": device_name(device), "processes": processes}

@@ -1,0 +1,35 @@
+"""One line naming where a run trained, from its record's ``segments`` (``lra.machine``): the device, or the
+processor and torch's threads, and the step where each resumed segment moved to another machine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def segment_machine(segment: dict[str, Any]) -> str:
+    """``cuda: NVIDIA H200`` or ``Intel(R) Xeon(R) ..., 1 thread``; `` x2 processes`` under DDP."""
+    device = str(segment.get("device", "?"))
+    if device == "cpu":
+        threads = segment.get("threads", "?")
+        device = f"{segment.get('cpu', '?')}, {threads} thread{'' if threads == 1 else 's'}"
+    processes = segment.get("processes", 1)
+    return device if processes == 1 else f"{device} x{processes} processes"
+
+
+def machine_summary(segments: Any) -> str:
+    """The first segment's machine, then ``; from step N: <machine>`` wherever a resume changed it; "" when the
+    record has no segments (records before they were written)."""
+    if not isinstance(segments, list):
+        return ""
+    parts: list[str] = []
+    last = None
+    for segment in segments:
+        if not isinstance(segment, dict):
+            continue
+        machine = segment_machine(segment)
+        if machine != last:
+            step = segment.get("from_step")
+            step = f"{step:,}" if isinstance(step, int) else "?"
+            parts.append(machine if not parts else f"from step {step}: {machine}")
+            last = machine
+    return "; ".join(parts)

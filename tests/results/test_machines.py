@@ -1,0 +1,25 @@
+"""The runs' machine line: the device or the processor and threads, and where a resume moved the run."""
+
+from results.machines import machine_summary
+
+XEON = {"cpu": "Intel(R) Xeon(R) Platinum 8480+", "cores": 1, "threads": 1, "device": "cpu", "processes": 1}
+
+
+def test_one_segment_names_the_processor_and_threads():
+    assert machine_summary([{"from_step": 0, **XEON}]) == "Intel(R) Xeon(R) Platinum 8480+, 1 thread"
+
+
+def test_a_resume_on_other_threads_or_a_gpu_says_from_which_step():
+    segments = [{"from_step": 0, **XEON}, {"from_step": 2815, **XEON, "threads": 2},
+                {"from_step": 4000, **XEON, "threads": 2}, {"from_step": 4500, **XEON, "device": "cuda: NVIDIA H200"}]
+    assert machine_summary(segments) == ("Intel(R) Xeon(R) Platinum 8480+, 1 thread; from step 2,815: Intel(R) Xeon(R) "
+                                         "Platinum 8480+, 2 threads; from step 4,500: cuda: NVIDIA H200")
+
+
+def test_ddp_processes_are_named():
+    assert machine_summary([{"from_step": 0, **XEON, "processes": 2}]).endswith("1 thread x2 processes")
+
+
+def test_records_without_segments_or_with_malformed_ones_give_an_empty_or_partial_line():
+    assert machine_summary(None) == "" and machine_summary("cpu") == "" and machine_summary([]) == ""
+    assert machine_summary([3, {"from_step": "x", **XEON}]) == "Intel(R) Xeon(R) Platinum 8480+, 1 thread"
