@@ -19,8 +19,8 @@ from typing import Protocol
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
+from ._first_order import first_order_only
 from ._sketch import CHUNK_BYTES, chunk_of, put_chunk, token_chunks
 from .kernel import normalization_backward, prefix_lengths
 
@@ -110,7 +110,7 @@ class _ChunkedAttention(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
+    @first_order_only
     def backward(ctx, grad_out: Tensor):
         q, k, v1, param_q, param_k, state, out, den = ctx.saved_tensors
         b, h, n, _ = q.shape
@@ -160,7 +160,7 @@ class _PermuteBatch(torch.autograd.Function):
         return x.index_select(0, order)
 
     @staticmethod
-    @once_differentiable
+    @first_order_only
     def backward(ctx, grad: Tensor):
         (inverse,) = ctx.saved_tensors
         return grad.index_select(0, inverse), None, None

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
+from ._first_order import first_order_only
 from ._sketch import CHUNK_BYTES, token_chunks
 
 
@@ -49,7 +49,7 @@ class _ChunkedGaussianNystrom(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
+    @first_order_only
     def backward(ctx, grad_out: Tensor):
         q, k, v, s, middle, a, b = ctx.saved_tensors
         s_half_sq = s.square().sum(-1).mul_(0.5).unsqueeze(1)

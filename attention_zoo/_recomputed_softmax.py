@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import Tensor
 
+from ._first_order import first_order_only
+
 Drop = Callable[[Tensor], Tensor] | None
 Blocks = Callable[[Tensor, Tensor], Iterable[tuple[slice, Drop]]]  # (q, k) -> (rows, drop) per block
 
@@ -79,6 +81,7 @@ class _RowBlocks(torch.autograd.Function):
         return out
 
     @staticmethod
+    @first_order_only
     def backward(ctx, grad_out: Tensor):
         q, k, v = ctx.saved_tensors
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
+
+from ._first_order import first_order_only
 
 CHUNK_BYTES = 2**21  # projections per chunk: of 1-16 MiB, 2 MiB was fastest here (1 MiB L2 per core)
 
@@ -192,7 +193,7 @@ class _PolynomialSketch(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
+    @first_order_only
     def backward(ctx, grad_out: Tensor):
         x, theta = ctx.saved_tensors
         b, h, n, _ = x.shape

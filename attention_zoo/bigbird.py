@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
-from torch.autograd.function import once_differentiable
 
 from ._blocks import (
     explicit_attention,
@@ -34,6 +33,7 @@ from ._blocks import (
     scaled_scores,
     to_blocks,
 )
+from ._first_order import first_order_only
 from .kernel import float32_region
 from .registry import register
 
@@ -129,7 +129,7 @@ class _GatheredAttention(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
+    @first_order_only
     def backward(ctx, grad_out: Tensor):
         qb, kb, vb, idx, allowed = ctx.saved_tensors
         need_q, need_k, need_v = ctx.needs_input_grad[:3]

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
+
+from ._first_order import first_order_only
 
 
 def float32_region(x: Tensor):
@@ -132,7 +133,7 @@ class _GlobalKernelAttention(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
+    @first_order_only
     def backward(ctx, grad_out: Tensor):
         phi_q, phi_k, v1, state, out, den = ctx.saved_tensors
         grad_nd = normalization_backward(grad_out, out, den, torch.empty_like(v1))  # (B, H, N, D + 1)

@@ -40,6 +40,7 @@ from torch import Tensor, nn
 
 from ._attention_dropout import attention_dropout, check_dropout, dropout_seed
 from ._blocks import explicit_attention, masked_softmax, pad_tokens, real_tokens, scaled_scores
+from ._first_order import first_order_only
 from ._recomputed_softmax import block_backward, block_forward, rows_per_block
 from .kernel import float32_region
 from .registry import register
@@ -119,6 +120,7 @@ class _BandAttention(torch.autograd.Function):
         return out
 
     @staticmethod
+    @first_order_only
     def backward(ctx, grad_out: Tensor):
         queries, keys, values, keys_global, values_global = ctx.saved_tensors
         plan = ctx.plan

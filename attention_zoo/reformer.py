@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from ._blocks import explicit_attention, keep_in_graph, real_tokens, refuse_causal
+from ._first_order import first_order_only
 from .kernel import float32_region
 from .registry import register
 
@@ -186,6 +187,7 @@ class _LSHAttention(torch.autograd.Function):
         return out
 
     @staticmethod
+    @first_order_only
     def backward(ctx, grad_out):
         q, v, top, total, slot_weight, out = ctx.saved_tensors
         layout = ctx.layout

@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.autograd.function import once_differentiable
+
+from attention_zoo._first_order import first_order_only
 
 from . import norm_linear
 from .dropout import Dropout, add_masked, apply_mask, keep_factor, keep_mask, keep_scale, uses_cheap_masks
@@ -49,7 +50,7 @@ class _FeedForward(torch.autograd.Function):
         return x + out if keep_out is None else add_masked(x, out, keep_out, scale)
 
     @staticmethod
-    @once_differentiable
+    @first_order_only
     def backward(ctx, grad: Tensor):
         x, mean, rstd, pre, keep_hidden, keep_out, ln_w, ln_b, w1, w2 = ctx.saved_tensors
         factor = _factor(keep_hidden, ctx.scale, pre.dtype)

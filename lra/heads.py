@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
+
+from attention_zoo._first_order import first_order_only
 
 from .packing import Packing
 
@@ -30,7 +31,7 @@ class _SplitHeads(torch.autograd.Function):
         return parts.view(ctx.shape).permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, N, d)
 
     @staticmethod
-    @once_differentiable
+    @first_order_only
     def backward(ctx, *grads: Tensor | None):
         given = [g for g in grads if g is not None]
         if not given:
@@ -57,7 +58,7 @@ class _PackHeads(torch.autograd.Function):
         return y.reshape(-1, d).index_select(0, rows.view(-1)).view(rows.shape[0], -1)  # (T, H d)
 
     @staticmethod
-    @once_differentiable
+    @first_order_only
     def backward(ctx, grad: Tensor):
         (rows,) = ctx.saved_tensors
         d = ctx.shape[-1]

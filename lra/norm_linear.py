@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.autograd.function import once_differentiable
+
+from attention_zoo._first_order import first_order_only
 
 
 def forward(x: Tensor, ln_w: Tensor, ln_b: Tensor, w: Tensor, b: Tensor, eps: float):
@@ -42,7 +43,7 @@ class _NormLinear(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
+    @first_order_only
     def backward(ctx, grad: Tensor):
         x, mean, rstd, ln_w, ln_b, w = ctx.saved_tensors
         return (*backward(grad, x, mean, rstd, ln_w, ln_b, w, ctx.eps), None)

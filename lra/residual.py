@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.autograd.function import once_differentiable
+
+from attention_zoo._first_order import first_order_only
 
 from .dropout import Dropout, add_masked, apply_mask, keep_mask, keep_scale, uses_cheap_masks
 
@@ -31,7 +32,7 @@ class _LinearDropoutAdd(torch.autograd.Function):
         return x + z if kept is None else add_masked(x, z, kept, ctx.scale)
 
     @staticmethod
-    @once_differentiable
+    @first_order_only
     def backward(ctx, grad: Tensor):
         y, w, kept = ctx.saved_tensors
         grad_z = grad if kept is None else apply_mask(grad, kept, ctx.scale)

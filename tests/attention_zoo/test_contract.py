@@ -156,3 +156,34 @@ def test_available_is_sorted_and_has_the_first_slice():
     names = attention_zoo.available()
     assert names == sorted(names)
     assert {"softmax", "linear", "based", "llops"} <= set(names)
+
+
+def second_derivatives(fn, q, k, v, mask, more, upstream):
+    """d/d(q, k, v) of <dL/dq, w> for L = <out, upstream>: what gradient penalties and meta-learning compute."""
+    qq, kk, vv = (t.clone().requires_grad_(True) for t in (q, k, v))
+    out = fn(qq, kk, vv, key_padding_mask=mask, **more)
+    (grad_q,) = torch.autograd.grad((out * upstream).sum(), qq, create_graph=True)
+    if not grad_q.requires_grad:  # the output is linear in q or ignores it (synthesizer's random weights)
+        return None, None, None
+    return torch.autograd.grad((grad_q * upstream).sum(), (qq, kk, vv), allow_unused=True)
+
+
+@pytest.mark.parametrize("name", attention_zoo.available())
+def test_second_derivatives_match_the_oracle_or_are_refused(name):
+    """A hand-written backward either differentiates correctly again or refuses (``once_differentiable``): a second
+    derivative is never silently wrong."""
+    attn = make(name)
+    q, k, v, mask = inputs(24)
+    more = extras(attn, q)
+    upstream = torch.randn_like(v) * mask[:, None, :, None]
+    ref = second_derivatives(attn.naive, q, k, v, mask, more, upstream)
+    try:
+        ours = second_derivatives(attn, q, k, v, mask, more, upstream)
+    except RuntimeError as err:  # refused, by name: no second derivative rather than a wrong one
+        assert "first-order backward" in str(err) or "not implemented" in str(err), f"{name}: {err}"
+        return
+    for r, o, label in zip(ref, ours, "qkv"):
+        if r is None or o is None:
+            assert (r is None or not r.abs().sum()) and (o is None or not o.abs().sum()), f"{name} d2/d{label}"
+            continue
+        assert_close(r, o, ratio=1e-3, what=f"{name} d2/d{label}")

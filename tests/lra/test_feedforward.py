@@ -113,3 +113,13 @@ def test_norm_linear_matches_the_modules_and_keeps_only_its_input(dtype):
         torch.testing.assert_close(a, b, **tol)
     kept = saved_bytes(lambda: norm_linear(x, norm, linear))
     assert kept < x.numel() * x.element_size() * 1.2 + 2 * 40 * 16 * 8  # x, statistics and weights, no output
+
+
+def test_the_lean_path_refuses_a_second_derivative_by_name():
+    """Its backward is hand-written: create_graph=True would drop the terms through the saved inputs."""
+    ff = FeedForward(12, 24, 0.0).train()
+    x = torch.randn(3, 7, 12, requires_grad=True)
+    with pytest.raises(RuntimeError, match="_FeedForward.backward is a hand-written first-order backward"):
+        torch.autograd.grad(ff(x).square().sum(), x, create_graph=True)
+    (first,) = torch.autograd.grad(ff(x).square().sum(), x)  # first order as before, no graph kept
+    assert not first.requires_grad
