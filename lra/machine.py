@@ -28,6 +28,21 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+def vector_units(cpuinfo: str | None = None) -> str:
+    """The widest SIMD and matrix extensions the processor reports (``avx512+amx``, ``avx2``, ...): what sets its
+    GEMM rate, which differs ~2x between the AVX2 and AVX-512 machines these runs have moved between."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = CPUINFO.read_text(errors="replace")
+        except OSError:
+            return "unknown"
+    flags = next((set(line.split(":", 1)[1].split()) for line in cpuinfo.splitlines()
+                  if line.startswith(("flags", "Features")) and ":" in line), set())
+    widest = next((name for flag, name in (("avx512f", "avx512"), ("avx2", "avx2"), ("avx", "avx"), ("sse2", "sse2"),
+                                           ("asimd", "neon")) if flag in flags), "unknown")
+    return widest + ("+amx" if "amx_tile" in flags else "")
+
+
 def usable_cores() -> int:
     """Cores this process may run on (its affinity where the OS has one, e.g. under ``taskset``)."""
     try:
@@ -46,5 +61,5 @@ def device_name(device: torch.device) -> str:
 def describe(device: torch.device, processes: int) -> dict[str, Any]:
     """The machine of one run segment; ``threads`` is torch's intra-op count when the segment starts (on a CPU the
     suite may change it as cores free up: ``lra.threads``)."""
-    return {"cpu": cpu_model(), "cores": usable_cores(), "threads": torch.get_num_threads(),
+    return {"cpu": cpu_model(), "vector": vector_units(), "cores": usable_cores(), "threads": torch.get_num_threads(),
             "device": device_name(device), "processes": processes}

@@ -11,7 +11,8 @@ def segment_machine(segment: dict[str, Any]) -> str:
     device = str(segment.get("device", "?"))
     if device == "cpu":
         threads = segment.get("threads", "?")
-        device = f"{segment.get('cpu', '?')}, {threads} thread{'' if threads == 1 else 's'}"
+        vector = f" ({segment['vector']})" if segment.get("vector") not in (None, "unknown") else ""
+        device = f"{segment.get('cpu', '?')}{vector}, {threads} thread{'' if threads == 1 else 's'}"
     processes = segment.get("processes", 1)
     return device if processes == 1 else f"{device} x{processes} processes"
 

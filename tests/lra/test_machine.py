@@ -1,0 +1,18 @@
+"""A segment's machine: the processor's vector units are read from its flags."""
+
+import torch
+
+from lra.machine import describe, vector_units
+
+
+def test_vector_units_from_cpuinfo_flags():
+    epyc = "model name\t: AMD EPYC 7B13\nflags\t\t: fpu sse2 avx avx2 fma\n"
+    xeon = "model name\t: Intel(R) Xeon(R) Processor\nflags\t\t: sse2 avx avx2 avx512f avx512bw amx_bf16 amx_tile\n"
+    assert vector_units(epyc) == "avx2" and vector_units(xeon) == "avx512+amx"
+    assert vector_units("processor : 0\n") == "unknown"
+
+
+def test_describe_names_every_field():
+    machine = describe(torch.device("cpu"), processes=1)
+    assert set(machine) == {"cpu", "vector", "cores", "threads", "device", "processes"}
+    assert machine["device"] == "cpu" and machine["cores"] >= 1 and machine["threads"] >= 1
