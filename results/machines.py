@@ -18,8 +18,8 @@ def segment_machine(segment: dict[str, Any]) -> str:
 
 
 def machine_summary(segments: Any) -> str:
-    """The first segment's machine, then ``; from step N: <machine>`` wherever a resume changed it; "" when the
-    record has no segments (records before they were written)."""
+    """The first segment's machine, then ``; from step N: <machine>`` wherever a resume changed it (the first one
+    too when it starts after step 0: a resume from a checkpoint older than segments); "" when the record has none."""
     if not isinstance(segments, list):
         return ""
     parts: list[str] = []
@@ -31,6 +31,7 @@ def machine_summary(segments: Any) -> str:
         if machine != last:
             step = segment.get("from_step")
             step = f"{step:,}" if isinstance(step, int) else "?"
-            parts.append(machine if not parts else f"from step {step}: {machine}")
+            first_step = not parts and step == "0"  # a run resumed from an older checkpoint starts later
+            parts.append(machine if first_step else f"from step {step}: {machine}")
             last = machine
     return "; ".join(parts)

@@ -22,9 +22,14 @@ def test_ddp_processes_are_named():
 
 def test_records_without_segments_or_with_malformed_ones_give_an_empty_or_partial_line():
     assert machine_summary(None) == "" and machine_summary("cpu") == "" and machine_summary([]) == ""
-    assert machine_summary([3, {"from_step": "x", **XEON}]) == "Intel(R) Xeon(R) Platinum 8480+, 1 thread"
+    assert machine_summary([3, {"from_step": "x", **XEON}]) == "from step ?: Intel(R) Xeon(R) Platinum 8480+, 1 thread"
 
 
 def test_the_vector_units_are_named_when_recorded():
     segment = {"from_step": 0, **XEON, "vector": "avx512+amx"}
     assert machine_summary([segment]) == "Intel(R) Xeon(R) Platinum 8480+ (avx512+amx), 1 thread"
+
+
+def test_a_first_recorded_segment_after_step_0_says_where_it_starts():
+    line = machine_summary([{"from_step": 1801, **XEON}])
+    assert line == "from step 1,801: Intel(R) Xeon(R) Platinum 8480+, 1 thread"
