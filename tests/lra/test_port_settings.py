@@ -109,6 +109,8 @@ PORT_LR = {"task.optim.lr": 1e-4}  # the ports'; ListOps' default is 1e-3 since 
     ("study_lr", {}),  # ListOps' default moved to the study's 1e-3
     ("study_port", {"model.embed_init_std": 0.02, "model.attention_dropout": 0.1, "model.pooling": "padded_mean",
                     "task.optim.schedule": "onecycle", **PORT_LR}),
+    ("study_port_lr", {"model.embed_init_std": 0.02, "model.attention_dropout": 0.1, "model.pooling": "padded_mean",
+                       "task.optim.schedule": "onecycle"}),
     ("study_port_fused", {"model.embed_init_std": 0.02, "model.pooling": "padded_mean",
                           "task.optim.schedule": "onecycle", **PORT_LR}),
     ("study_port_nobrackets", {"model.embed_init_std": 0.02, "model.attention_dropout": 0.1,
