@@ -41,6 +41,8 @@ def test_two_cpu_processes_write_one_record(reference):
     assert done.stdout.count("test_acc=") == 1  # rank zero reports
     assert record["status"] == "completed" and record["steps"] == 12
     assert record["config"]["trainer"]["strategy"] == "ddp" and record["config"]["trainer"]["devices"] == 2
+    (segment,) = record["segments"]  # one segment, on the CPU, in two processes
+    assert segment["from_step"] == 0 and segment["device"] == "cpu" and segment["processes"] == 2
 
 
 def test_the_ranks_evaluate_every_tree_once(reference):
