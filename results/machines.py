@@ -30,7 +30,7 @@ def machine_summary(segments: Any) -> str:
         machine = segment_machine(segment)
         if machine != last:
             step = segment.get("from_step")
-            step = f"{step:,}" if isinstance(step, int) else "?"
+            step = f"{step:,}" if isinstance(step, int) and not isinstance(step, bool) else "?"
             first_step = not parts and step == "0"  # a run resumed from an older checkpoint starts later
             parts.append(machine if first_step else f"from step {step}: {machine}")
             last = machine

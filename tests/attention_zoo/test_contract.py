@@ -170,7 +170,7 @@ def second_derivatives(fn, q, k, v, mask, more, upstream):
 
 @pytest.mark.parametrize("name", attention_zoo.available())
 def test_second_derivatives_match_the_oracle_or_are_refused(name):
-    """A hand-written backward either differentiates correctly again or refuses (``once_differentiable``): a second
+    """A hand-written backward either differentiates correctly again or refuses (``first_order_only``): a second
     derivative is never silently wrong."""
     attn = make(name)
     q, k, v, mask = inputs(24)
