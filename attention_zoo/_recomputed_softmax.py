@@ -36,6 +36,13 @@ def rows_per_block(rows: int, batch_rows: int, width: int, element_size: int, bl
     return max(1, min(rows, block_bytes // max(1, batch_rows * width * element_size)))
 
 
+def row_blocks(q: Tensor, width: int) -> list[slice]:
+    """Slices of the query rows of ``q`` ``(B, H, N, d)`` whose ``width``-wide weights make one block each."""
+    b, h, n, _ = q.shape
+    size = rows_per_block(n, b * h, width, q.element_size())
+    return [slice(start, min(start + size, n)) for start in range(0, n, size)]
+
+
 def block_weights(q: Tensor, k: Tensor, scale: float, allowed: Tensor | None) -> Tensor:
     """``softmax(q k^T * scale)`` over the last dim, restricted to ``allowed`` (a row with none allowed: 0).
 

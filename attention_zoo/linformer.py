@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from ._attention_dropout import attention_dropout, check_dropout, dropout_seed
 from ._blocks import real_tokens, refuse_causal, scaled_scores
-from ._recomputed_softmax import row_block_attention, rows_per_block
+from ._recomputed_softmax import row_block_attention, row_blocks
 from .kernel import float32_region
 from .registry import register
 
@@ -60,11 +60,8 @@ def _project(proj: Tensor, x: Tensor) -> Tensor:
 def _projected_blocks(q: Tensor, keys: Tensor, p: float, seed: int | None):
     """``(rows, drop)`` per block of query rows of ``drop(softmax(q keys^T / sqrt(d))) values``: a slice and its
     dropout (None without), which names a weight by its query row and key row."""
-    b, h, n, _ = q.shape
-    size = rows_per_block(n, b * h, keys.shape[-2], q.element_size())
     cols = torch.arange(keys.shape[-2], device=q.device)
-    for start in range(0, n, size):
-        rows = slice(start, min(start + size, n))
+    for rows in row_blocks(q, keys.shape[-2]):
         drop = None
         if seed is not None:
             query_pos = torch.arange(rows.start, rows.stop, device=q.device)[:, None]

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._dropout_masks import apply_mask, keep_mask, keep_scale
-from ._recomputed_softmax import row_block_attention, rows_per_block
+from ._recomputed_softmax import row_block_attention, row_blocks
 from .kernel import prefix_lengths
 from .registry import register
 
@@ -38,10 +38,7 @@ def naive_softmax(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | No
 
 def _kept_blocks(q: Tensor, k: Tensor, kept: Tensor, p: float):
     """``(rows, drop)`` per block of query rows: a slice and its dropout (a multiply by 0 or ``1 / (1 - p)``)."""
-    b, h, n, _ = q.shape
-    size = rows_per_block(n, b * h, k.shape[-2], q.element_size())
-    for start in range(0, n, size):
-        rows = slice(start, min(start + size, n))
+    for rows in row_blocks(q, k.shape[-2]):
         yield rows, partial(apply_mask, kept=kept[:, :, rows], scale=keep_scale(p))
 
 

@@ -13,10 +13,8 @@ the absolute rates.
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -31,6 +29,7 @@ from lra.checks import check_config
 from lra.config import compose
 from lra.data import SequenceDataset, pad_batch
 from lra.errors import UserError
+from lra.machine import cpu_model, read_cpuinfo, vector_units
 from lra.optimizer import adamw
 from lra.sampling import EpochSampler, LengthGroupedSampler
 
@@ -38,12 +37,9 @@ POOLS = (1, 5, 10, 20, 50, 100)
 
 
 def cpu_name() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+    """The processor and its widest vector units (``lra.machine``, which the run records use too)."""
+    cpuinfo = read_cpuinfo()
+    return f"{cpu_model(cpuinfo)} ({vector_units(cpuinfo)})"
 
 
 def epoch_batches(sampler: EpochSampler, size: int) -> list[np.ndarray]:

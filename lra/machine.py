@@ -17,27 +17,29 @@ import torch
 CPUINFO = Path("/proc/cpuinfo")
 
 
-def cpu_model() -> str:
-    """The processor's model name (``/proc/cpuinfo`` on Linux), else what ``platform`` says."""
+def read_cpuinfo() -> str:
+    """``/proc/cpuinfo`` (Linux), or "" where there is none."""
     try:
-        for line in CPUINFO.read_text(errors="replace").splitlines():
-            if line.startswith("model name") and ":" in line:
-                return line.split(":", 1)[1].strip()
+        return CPUINFO.read_text(errors="replace")
     except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
+        return ""
 
 
-def vector_units(cpuinfo: str | None = None) -> str:
+def cpuinfo_field(cpuinfo: str, *names: str) -> str | None:
+    """The value of the first ``name : value`` line of ``cpuinfo`` whose name starts with one of ``names``."""
+    return next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines()
+                 if line.startswith(names) and ":" in line), None)
+
+
+def cpu_model(cpuinfo: str) -> str:
+    """The processor's model name from ``cpuinfo``, else what ``platform`` says."""
+    return cpuinfo_field(cpuinfo, "model name") or platform.processor() or platform.machine() or "unknown"
+
+
+def vector_units(cpuinfo: str) -> str:
     """The widest SIMD and matrix extensions the processor reports (``avx512+amx``, ``avx2``, ...): what sets its
     GEMM rate, which differs ~2x between the AVX2 and AVX-512 machines these runs have moved between."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = CPUINFO.read_text(errors="replace")
-        except OSError:
-            return "unknown"
-    flags = next((set(line.split(":", 1)[1].split()) for line in cpuinfo.splitlines()
-                  if line.startswith(("flags", "Features")) and ":" in line), set())
+    flags = set((cpuinfo_field(cpuinfo, "flags", "Features") or "").split())
     widest = next((name for flag, name in (("avx512f", "avx512"), ("avx2", "avx2"), ("avx", "avx"), ("sse2", "sse2"),
                                            ("asimd", "neon")) if flag in flags), "unknown")
     return widest + ("+amx" if "amx_tile" in flags else "")
@@ -61,5 +63,6 @@ def device_name(device: torch.device) -> str:
 def describe(device: torch.device, processes: int) -> dict[str, Any]:
     """The machine of one run segment; ``threads`` is torch's intra-op count when the segment starts (on a CPU the
     suite may change it as cores free up: ``lra.threads``)."""
-    return {"cpu": cpu_model(), "vector": vector_units(), "cores": usable_cores(), "threads": torch.get_num_threads(),
-            "device": device_name(device), "processes": processes}
+    cpuinfo = read_cpuinfo()
+    return {"cpu": cpu_model(cpuinfo), "vector": vector_units(cpuinfo), "cores": usable_cores(),
+            "threads": torch.get_num_threads(), "device": device_name(device), "processes": processes}

@@ -2,7 +2,7 @@
 
 import torch
 
-from lra.machine import describe, vector_units
+from lra.machine import cpu_model, describe, vector_units
 
 
 def test_vector_units_from_cpuinfo_flags():
@@ -10,6 +10,7 @@ def test_vector_units_from_cpuinfo_flags():
     xeon = "model name\t: Intel(R) Xeon(R) Processor\nflags\t\t: sse2 avx avx2 avx512f avx512bw amx_bf16 amx_tile\n"
     assert vector_units(epyc) == "avx2" and vector_units(xeon) == "avx512+amx"
     assert vector_units("processor : 0\n") == "unknown"
+    assert cpu_model(epyc) == "AMD EPYC 7B13" and cpu_model(xeon) == "Intel(R) Xeon(R) Processor"
 
 
 def test_describe_names_every_field():
