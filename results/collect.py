@@ -46,7 +46,8 @@ MAX_SEED = 2**32 - 1  # the largest seed run.py accepts (numpy's)
 class Problem:
     """A record that is not averaged: unreadable, failed, superseded, lacking a value or holding a bad one.
 
-    `kind` is one of "malformed", "failed", "duplicate", "config drift", "missing test_acc", "bad value";
+    `kind` is one of "malformed", "failed", "unfinished" (interrupted, its last.ckpt saved: rerunning resumes it),
+    "duplicate", "config drift", "missing test_acc", "bad value";
     `tag` and `run` ("task/attention/seed N") are None/"" when the record could not be read.
     """
 
@@ -218,7 +219,10 @@ def parse_run(path: Path, record: RunRecord) -> tuple[dict, list[Problem]]:
     run["metrics"], complaints = clean_metrics(record.get("metrics") or {})
     label, tag, where = run_label(run), run["tag"], run["path"]
     problems = [Problem(where, "bad value", text, tag, label) for text in complaints]
-    if run["status"] != "completed":
+    if run["status"] == "interrupted":
+        problems.append(Problem(where, "unfinished", "stopped before its last step (status interrupted); rerunning "
+                                "its command resumes it from last.ckpt", tag, label))
+    elif run["status"] != "completed":
         message = first_line(record.get("error")) if record.get("error") else f"status {run['status']!r}"
         problems.append(Problem(where, "failed", message, tag, label))
     elif "test_acc" not in run["metrics"]:

@@ -20,19 +20,22 @@ def escape_step(curve: pd.DataFrame, threshold: float) -> int | None:
     return None if reached.empty else int(reached["step"].min())
 
 
-def escape_steps(long: pd.DataFrame) -> pd.DataFrame:
-    """One row per completed run of a task with a threshold: tag, attention, task, seed, path, escape_step
-    (Int64, <NA> = never); a run without a readable curve is left out."""
-    columns = ["tag", "attention", "task", "seed", "path", "escape_step"]
-    runs = long[(long["status"] == "completed") & long["task"].isin(list(ESCAPE_AT))].drop_duplicates("path")
+def escape_steps(long: pd.DataFrame, statuses: tuple[str, ...] = ("completed",)) -> pd.DataFrame:
+    """One row per run of a task with a threshold whose status is one of `statuses`: tag, attention, task, seed,
+    path, escape_step (Int64, <NA> = never, or not yet for an unfinished run), last_step and best_val (its curve's
+    last validation step and best accuracy); a run without a readable curve is left out."""
+    columns = ["tag", "attention", "task", "seed", "path", "escape_step", "last_step", "best_val"]
+    runs = long[long["status"].isin(statuses) & long["task"].isin(list(ESCAPE_AT))].drop_duplicates("path")
     rows = []
     for run in runs.itertuples():
         curve = readable_curve(run.path)
         if curve.empty:
             continue
-        rows.append([run.tag, run.attention, run.task, run.seed, run.path, escape_step(curve, ESCAPE_AT[run.task])])
+        rows.append([run.tag, run.attention, run.task, run.seed, run.path, escape_step(curve, ESCAPE_AT[run.task]),
+                     int(curve["step"].max()), float(curve["val_acc"].max())])
     frame = pd.DataFrame(rows, columns=columns)
-    frame["escape_step"] = frame["escape_step"].astype("Int64")
+    for column, dtype in (("escape_step", "Int64"), ("last_step", "int64"), ("best_val", "float64")):
+        frame[column] = frame[column].astype(dtype)
     return frame
 
 

@@ -14,6 +14,7 @@ from results.protocol import SECTION_SEP, YOURS, base_tag, only_yours
 from results.summary import AVERAGE, REFERENCE_ROWS, best_flags, follows, is_reference, rules_of_sections, shown_beside
 
 QUICK_TAG = "quick"  # a pipeline check: its section gets no runs table
+RAN = ("completed", "interrupted")  # statuses whose runs the runs table lists (interrupted: unfinished so far)
 
 
 def format_cell(mean, std=math.nan, n=None, escaped=None) -> str:
@@ -126,24 +127,41 @@ def format_hours(seconds) -> str:
     return "" if pd.isna(seconds) else f"{seconds / 3600:.2f} h"
 
 
+def escape_cell(progress: pd.DataFrame, path: str, unfinished: bool) -> str:
+    """The escape step ("" without a curve; "never", or "not by <last step>" for an unfinished run)."""
+    if path not in progress.index:
+        return ""
+    step = progress.loc[path, "escape_step"]
+    if not pd.isna(step):
+        return f"{step:,}"
+    return f"not by {progress.loc[path, 'last_step']:,}" if unfinished else "never"
+
+
 def runs_table(long: pd.DataFrame, rules: pd.DataFrame | None = None) -> str:
     """One row per completed run: test and best validation accuracy, the step it escaped the plateau at (tasks of
     `results.escapes.ESCAPE_AT`: "never" when it did not), wall time, training tokens/s, git sha; then a row per
-    rule of `rules` (`results.rules.read_rules`' columns) with its test and validation accuracy, so that a run's
-    val acc reads against the rule's on the same split."""
+    unfinished (interrupted) run, its test cell saying how far it got and its val acc the best so far; then a row
+    per rule of `rules` (`results.rules.read_rules`' columns) with its test and validation accuracy, so that a
+    run's val acc reads against the rule's on the same split."""
     done = long[long["status"] == "completed"]
+    unfinished = long[long["status"] == "interrupted"].drop_duplicates("path")
     values = done.pivot_table(index="path", columns="metric", values="value", aggfunc="first")
-    steps = escape_steps(done).set_index("path")["escape_step"]
-    with_escape = done["task"].isin(list(ESCAPE_AT)).any()
+    progress = escape_steps(long, RAN).set_index("path")
+    with_escape = pd.concat([done["task"], unfinished["task"]]).isin(list(ESCAPE_AT)).any()
     rows = []
-    for run in done.drop_duplicates("path").sort_values(["attention", "task", "seed"], kind="stable").itertuples():
+    order = ["attention", "task", "seed"]
+    for run in pd.concat([done.drop_duplicates("path").sort_values(order, kind="stable"),
+                          unfinished.sort_values(order, kind="stable")]).itertuples():
+        stopped = run.status == "interrupted"
         metric = values.loc[run.path] if run.path in values.index else pd.Series(dtype="float64")
-        escape = [] if not with_escape else [
-            "" if run.path not in steps.index else ("never" if pd.isna(steps[run.path]) else f"{steps[run.path]:,}")]
-        rows.append([md_text(run.attention), md_text(run.task), md_text(run.seed),
-                     format_cell(100 * metric.get("test_acc", math.nan)),
-                     format_cell(100 * metric.get("val_acc", math.nan)), *escape, format_hours(run.wall_time_s),
-                     "" if pd.isna(run.tokens_per_s) else f"{run.tokens_per_s:,.0f}",
+        best_val = progress.loc[run.path, "best_val"] if stopped and run.path in progress.index else math.nan
+        last = progress.loc[run.path, "last_step"] if stopped and run.path in progress.index else None
+        test = (f"unfinished (step {last:,})" if last is not None else "unfinished") if stopped else \
+            format_cell(100 * metric.get("test_acc", math.nan))
+        escape = [escape_cell(progress, run.path, stopped)] if with_escape else []
+        rows.append([md_text(run.attention), md_text(run.task), md_text(run.seed), test,
+                     format_cell(100 * (best_val if stopped else metric.get("val_acc", math.nan))), *escape,
+                     format_hours(run.wall_time_s), "" if pd.isna(run.tokens_per_s) else f"{run.tokens_per_s:,.0f}",
                      md_text(str(run.git_sha or "")[:7])])
     for rule in ([] if rules is None else rules.itertuples()):
         rows.append([md_text(rule.rule), md_text(rule.task), "", format_cell(100 * rule.value),
@@ -254,7 +272,7 @@ def to_markdown(summary: pd.DataFrame, problems: list[Problem], references: dict
         if lines:
             parts.append("\n".join(f"- {line}" for line in lines))
         if long is not None and base_tag(tag) != QUICK_TAG and (long["tag"] == tag).any():
-            ran = {(tag, task) for task in long.loc[(long["tag"] == tag) & (long["status"] == "completed"), "task"]}
+            ran = {(tag, task) for task in long.loc[(long["tag"] == tag) & long["status"].isin(RAN), "task"]}
             shown = None if rules is None or rules.empty else rules_of_sections(rules, ran)
             parts += ["Runs (wall time: training, validation and test, summed over resumed segments; tokens/s: "
                       "real (unpadded) training tokens per second of fitting, validation passes included):",

@@ -62,3 +62,37 @@ def test_a_crafted_tag_cannot_write_plots_outside_the_output_folder(tmp_path):
     assert main([str(tmp_path / "runs"), "--out", str(tmp_path / "out" / "tables")]) == 0
     assert not list(tmp_path.glob("*.png")) and not list((tmp_path / "out").glob("*.png"))
     assert list((tmp_path / "out" / "tables").glob("lra_*escaped_accuracy.png"))
+
+
+def test_archive_unfinished_keeps_an_interrupted_runs_curve_until_its_completed_record_replaces_it(tmp_path):
+    runs = tmp_path / "runs"
+    stopped = finished_run(tmp_path / "a", status="interrupted")
+    dest = archive(stopped, runs, unfinished=True)
+    assert json.loads((dest / "result.json").read_text())["status"] == "interrupted"
+    assert (dest / "metrics.csv").read_text() == METRICS
+    with pytest.raises(ValueError, match="only completed runs and, with --unfinished, interrupted"):
+        archive(finished_run(tmp_path / "b", status="failed"), runs, unfinished=True)
+    assert archive(finished_run(tmp_path / "c"), runs) == dest  # the same run completed later
+    assert json.loads((dest / "result.json").read_text())["status"] == "completed"
+    with pytest.raises(ValueError, match="holds this run's completed record"):
+        archive(stopped, runs, unfinished=True)
+    assert json.loads((dest / "result.json").read_text())["status"] == "completed"
+
+
+def test_archive_unfinished_names_sigterm_for_a_run_still_training(tmp_path):
+    run_dir = finished_run(tmp_path)
+    (run_dir / "result.json").unlink()
+    with pytest.raises(ValueError, match="stop it with SIGTERM"):
+        archive(run_dir, tmp_path / "runs", unfinished=True)
+
+
+def test_tables_list_an_unfinished_run_with_its_curve_so_far_and_never_average_it(tmp_path):
+    archive(finished_run(tmp_path / "a", status="interrupted"), tmp_path / "runs", unfinished=True)
+    assert main([str(tmp_path / "runs"), "--out", str(tmp_path / "tables")]) == 0
+    markdown = (tmp_path / "tables" / "lra.md").read_text()
+    row = next(line for line in markdown.splitlines() if line.startswith("| llops ") and "unfinished" in line)
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[3:6] == ["unfinished (step 100)", "18.50", "not by 100"]  # best val so far; no escape yet
+    assert "- unfinished: " in markdown and "rerunning its command resumes it from last.ckpt" in markdown
+    assert pd.read_csv(tmp_path / "tables" / "lra.csv").empty or \
+        pd.read_csv(tmp_path / "tables" / "lra.csv")["listops_mean"].isna().all()
