@@ -47,6 +47,7 @@ from lra.config import compose
 from lra.errors import UserError
 from lra.outputs import BENCH
 from lra.settings import eval_batch_size
+from lra.subnormals import flush_subnormals
 from lra.threads import torch_threads
 
 ATTENTIONS = ["softmax", "linear", "llops"]
@@ -138,6 +139,8 @@ def pass_gflop(cfg: dict, datamodule, model, split: str, every: int) -> float:
 
 def estimate(attention: str, args) -> dict:
     cfg = compose(["task=listops", f"attention={attention}", *args.overrides])
+    if cfg["flush_subnormals"]:
+        flush_subnormals()  # as run.py; the intra-op threads started after it take the mode
     if cfg["reuse_freed_memory"]:
         reuse_freed_memory()  # as run.py
     pl.seed_everything(cfg["seed"], verbose=False)

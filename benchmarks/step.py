@@ -30,6 +30,7 @@ from lra.config import CONF_DIR, compose
 from lra.errors import UserError
 from lra.model import AttentionBlock
 from lra.outputs import BENCH
+from lra.subnormals import flush_subnormals
 
 LONGEST = 4096  # tasks with longer sequences (Path-X: 16384 tokens) are timed only when --tasks names them
 ATTENTIONS = ["softmax", "linear", "based", "llops"]
@@ -108,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.out = BENCH.choose(parser, args)
     logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)  # one Trainer per measurement
+    flush_subnormals()  # as training does (lra.subnormals)
     if not args.default_allocator:
         reuse_freed_memory()
     rows = []

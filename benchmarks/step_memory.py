@@ -44,6 +44,7 @@ from lra.atomic import write_atomic
 from lra.build import build_model, example_batch
 from lra.config import compose
 from lra.outputs import BENCH
+from lra.subnormals import flush_subnormals
 
 TASKS = ["text", "retrieval"]
 MIB = 2**20
@@ -101,6 +102,8 @@ def measure_here(task: str, attention: str, batch_size: int | None, steps: int, 
     """One cell in this process: memory before training, the peak over ``steps`` steps (the data segment capped
     at ``cap`` bytes from the first step), the step time."""
     cfg = compose([f"task={task}", f"attention={attention}", *overrides])
+    if cfg["flush_subnormals"]:
+        flush_subnormals()  # as run.py
     if cfg["reuse_freed_memory"]:
         reuse_freed_memory()
     pl.seed_everything(cfg["seed"], verbose=False)

@@ -32,6 +32,7 @@ from lra.config import compose
 from lra.errors import UserError
 from lra.optimizer import adamw
 from lra.outputs import BENCH
+from lra.subnormals import flush_subnormals
 from lra.threads import torch_threads
 
 GROUPS = {
@@ -96,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.threads - 1, args.steps, args.rounds, args.warmup + 1) < 1:
         parser.error("--threads must be at least 2, --steps and --rounds at least 1, --warmup at least 0")
     reuse_freed_memory()
+    flush_subnormals()  # as training does, before either thread count's threads start
     try:
         cfg = compose([f"task={args.task}", f"attention={args.attention}", *args.overrides])
         pl.seed_everything(0, verbose=False)

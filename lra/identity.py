@@ -26,6 +26,7 @@ WHERE_OR_HOW = (
     "data_dir", "task.data.root", "checkpoint", "rerun", "analysis",  # where; whether to redo; who asked
     "task.data.num_workers", "task.data.generate.workers", "task.data.eval_batch_size",  # loading, evaluating
     "task.micro_batches", "model.checkpoint_blocks", "reuse_freed_memory",  # memory: the same numbers
+    "flush_subnormals",  # numbers below 1.18e-38 as 0: the last bits at most, as between two CPUs
     "trainer.accelerator", "trainer.devices", "trainer.num_nodes", "trainer.strategy",  # where it runs
     "trainer.enable_progress_bar", "trainer.log_every_n_steps", "trainer.enable_model_summary",  # what it prints
     "trainer.detect_anomaly",  # checks every backward: slower, the same numbers

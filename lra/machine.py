@@ -1,4 +1,5 @@
-"""Where a run segment trained: the processor, the cores it could use, torch's threads and the device.
+"""Where a run segment trained: the processor, the cores it could use, torch's threads, the device, and whether
+subnormal floats were flushed (``lra.subnormals``).
 
 Wall times and tokens/s mean little without the machine (these runs move between AMD and Intel CPUs, one or two
 threads, and sometimes a GPU), so every segment of a run (the first, and each resume) names its machine in the
@@ -13,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from .subnormals import subnormals
 
 CPUINFO = Path("/proc/cpuinfo")
 
@@ -65,4 +68,5 @@ def describe(device: torch.device, processes: int) -> dict[str, Any]:
     suite may change it as cores free up: ``lra.threads``)."""
     cpuinfo = read_cpuinfo()
     return {"cpu": cpu_model(cpuinfo), "vector": vector_units(cpuinfo), "cores": usable_cores(),
-            "threads": torch.get_num_threads(), "device": device_name(device), "processes": processes}
+            "threads": torch.get_num_threads(), "device": device_name(device), "processes": processes,
+            "subnormals": subnormals()}

@@ -108,6 +108,7 @@ class Run:
     task: Task
     attention: dict
     trainer: dict
+    flush_subnormals: bool = False  # records made before it existed did not flush (lra.subnormals)
 
 
 def _schema_fields(schema: type) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from .loggers import ResumableCSVLogger
 from .record import RECORD_NAME, new_record, now, write_json_atomic
 from .same_run import changes_from, refuse_other_run
 from .settings import complete
+from .subnormals import flush_subnormals
 from .threads import FreeCoreThreads
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,8 @@ def without_noise() -> Iterator[None]:
 
 def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """Train with checkpoints on validation accuracy, test the best checkpoint; return record fields."""
+    if cfg["flush_subnormals"]:  # first: torch's intra-op threads take the mode when they start
+        flush_subnormals()
     pl.seed_everything(cfg["seed"], workers=True)
     if cfg["reuse_freed_memory"]:
         reuse_freed_memory()

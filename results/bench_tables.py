@@ -108,6 +108,17 @@ def thread_scaling_table(frame: pd.DataFrame) -> str:
     return markdown_table(["work", f"{one} thread (s)", f"{many} threads (s)", "speed-up (median of rounds)"], rows)
 
 
+def subnormals_table(frame: pd.DataFrame) -> str:
+    """``benchmarks.subnormals``: a training step's median over rounds with subnormals kept and flushed, per model,
+    and the ratio kept / flushed."""
+    medians = frame.groupby(["model", "subnormals"], sort=False)["step_s"].median().unstack()
+    step = frame["checkpoint_step"].iloc[0] if "checkpoint_step" in frame else None
+    rows = [[f"{model} (step {step:,})" if model == "trained" and step is not None else model,
+             _num(r["kept"], 3), _num(r["flushed"], 3), f"{r['kept'] / r['flushed']:.2f}x"]
+            for model, r in medians.iterrows()]
+    return markdown_table(["model", "kept (s)", "flushed (s)", "kept / flushed"], rows)
+
+
 def port_table(frame: pd.DataFrame) -> str:
     """``benchmarks.port_step``: CPU seconds of one training step, ours beside the PyTorch port's."""
     rows = [[r.mechanism, r.ours if pd.isna(r.our_options) else f"{r.ours}: {r.our_options}",
@@ -161,6 +172,7 @@ SECTIONS: list[tuple[str, str, Callable[[pd.DataFrame], str]]] = [
     ("processes.csv", "Short full-protocol run: two DDP processes against one process of two threads",
      processes_table),
     ("threads_idle.csv", "Quick job on an idle machine, three runs a case (`--loads idle --repeats 3`)", threads_table),
+    ("subnormals.csv", "A trained model's training step with subnormal floats kept and flushed", subnormals_table),
 ]
 
 

@@ -7,13 +7,15 @@ from typing import Any
 
 
 def segment_machine(segment: dict[str, Any]) -> str:
-    """``cuda: NVIDIA H200`` or ``Intel(R) Xeon(R) ..., 1 thread``; `` x2 processes`` under DDP."""
+    """``cuda: NVIDIA H200`` or ``Intel(R) Xeon(R) ..., 1 thread``; ``, subnormals flushed`` where they were
+    (``lra.subnormals``); `` x2 processes`` under DDP."""
     device = str(segment.get("device", "?"))
     if device == "cpu":
         threads = segment.get("threads", "?")
         vector = f" ({segment['vector']})" if segment.get("vector") not in (None, "unknown") else ""
         device = f"{segment.get('cpu', '?')}{vector}, {threads} thread{'' if threads == 1 else 's'}"
     processes = segment.get("processes", 1)
+    device += "" if segment.get("subnormals") != "flushed" else ", subnormals flushed"
     return device if processes == 1 else f"{device} x{processes} processes"
 
 

@@ -55,7 +55,7 @@ def test_a_debug_run_does_not_land_in_the_protocol_runs_folder():
     (("model.dim=128", "task.optim.lr=0.002"), "default,model.dim=128,task.optim.lr=0.002"),
     (("trainer=cpu", "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=5", "data_dir=elsewhere",
       "task.data.num_workers=2", "trainer.devices=1", "rerun=true", "model.checkpoint_blocks=true",
-      "task.micro_batches=2", "reuse_freed_memory=false"), "default"),
+      "task.micro_batches=2", "reuse_freed_memory=false", "flush_subnormals=false"), "default"),
     (("trainer.max_steps=40",), "default,trainer.max_steps=40"),
     (("+trainer.limit_val_batches=0.5",), "default,+trainer.limit_val_batches=0.5"),
     (("+trainer.fast_dev_run=3",), "default,+trainer.fast_dev_run=3"),
