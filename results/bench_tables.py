@@ -113,7 +113,9 @@ def subnormals_table(frame: pd.DataFrame) -> str:
     and the ratio kept / flushed."""
     medians = frame.groupby(["model", "subnormals"], sort=False)["step_s"].median().unstack()
     step = frame["checkpoint_step"].iloc[0] if "checkpoint_step" in frame else None
-    rows = [[f"{model} (step {step:,})" if model == "trained" and step is not None else model,
+    settings = frame["settings"].fillna("").iloc[0] if "settings" in frame else ""
+    rows = [[(f"{model} (step {step:,})" if model == "trained" and step is not None else model)
+             + (f", {settings}" if settings else ""),
              _num(r["kept"], 3), _num(r["flushed"], 3), f"{r['kept'] / r['flushed']:.2f}x"]
             for model, r in medians.iterrows()]
     return markdown_table(["model", "kept (s)", "flushed (s)", "kept / flushed"], rows)

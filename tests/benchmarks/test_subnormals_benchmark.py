@@ -29,7 +29,8 @@ def test_the_modes_take_turns_and_the_ratio_is_kept_over_flushed(tmp_path, monke
     assert rows["trained (step 1,500)"] == ["2.000", "1.000", "2.00x"]
     assert rows["initialised"] == ["1.500", "1.500", "1.00x"]
     frame = pd.read_csv(tmp_path / "subnormals.csv")
-    assert list(frame.columns) == ["round", "subnormals", "model", "step_s", "checkpoint_step"] and len(frame) == 12
+    assert list(frame.columns) == ["round", "subnormals", "model", "step_s", "checkpoint_step", "settings"]
+    assert len(frame) == 12
 
 
 def test_a_missing_checkpoint_is_named(tmp_path):
@@ -43,3 +44,13 @@ def test_a_run_checkpoint_is_timed_trained_and_initialised(tmp_path):
     train.run(cfg, tmp_path / "run")
     times = subnormals.measure(tmp_path / "run" / "checkpoints" / "last.ckpt", batches=1, data_dir=None)
     assert set(times) == {"trained", "initialised"} and all(0 < s < 60 for s in times.values())
+
+
+def test_settings_change_the_checkpoints_config_and_an_unknown_one_is_named():
+    cfg = {"model": {"attention_dropout": 0.1}, "data_dir": "data"}
+    assert subnormals.with_settings(cfg, ["model.attention_dropout=0.0"])["model"]["attention_dropout"] == 0.0
+    assert cfg["model"]["attention_dropout"] == 0.1  # a copy
+    with pytest.raises(ValueError, match="model.dropuot: not a setting"):
+        subnormals.with_settings(cfg, ["model.dropuot=0"])
+    with pytest.raises(ValueError, match="expected dotted.key=value"):
+        subnormals.with_settings(cfg, ["model.attention_dropout"])
