@@ -6,6 +6,8 @@ Run them on a quiet machine, e.g. ``python -m benchmarks.run_estimate``; each th
 """
 
 import argparse
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 
 def attention_name(value: str) -> str:
@@ -19,3 +21,22 @@ def attention_name(value: str) -> str:
     if value not in attention_zoo.available():
         raise argparse.ArgumentTypeError(f"unknown attention {value!r}; valid: {', '.join(attention_zoo.available())}")
     return value
+
+
+def taking_turns(ways: Iterable, rounds: int) -> Iterator[tuple[int, object]]:
+    """``(round, way)`` for ``rounds`` rounds: the ways in order on even rounds, reversed on odd ones (ABBA), so that
+    the machine's drift over time falls on each way alike."""
+    ways = list(ways)
+    for i in range(rounds):
+        for way in ways if i % 2 == 0 else ways[::-1]:
+            yield i, way
+
+
+def write_csv(frame, out: str | Path, name: str) -> Path:
+    """A benchmark's CSV ``out/name``, written atomically (``lra.atomic``); says where."""
+    from lra.atomic import write_atomic
+
+    path = Path(out) / name
+    write_atomic(path, frame.to_csv(index=False))
+    print(f"wrote {path}")
+    return path

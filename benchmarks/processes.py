@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from benchmarks import taking_turns, write_csv
 from benchmarks.batching import cpu_name
-from lra.atomic import write_atomic
 from lra.outputs import BENCH
 from results.bench_tables import processes_table
 
@@ -65,20 +65,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU: {cpu_name()}; {args.task}, {args.attention}: {args.steps} steps, validation every {args.every}")
     rows = []
     with tempfile.TemporaryDirectory(prefix="lra-processes-") as tmp:
-        for i in range(args.rounds):
-            for way in WAYS if i % 2 == 0 else reversed(list(WAYS)):
-                try:
-                    seconds = fit_seconds(way, args, Path(tmp) / f"{way}-{i}")
-                except RuntimeError as err:
-                    print(f"error: {err}", file=sys.stderr)
-                    return 1
-                rows.append({"round": i, "way": way, "fit_s": seconds})
-                print(f"round {i}: {way:>7} {seconds:8.1f} s")
+        for i, way in taking_turns(WAYS, args.rounds):
+            try:
+                seconds = fit_seconds(way, args, Path(tmp) / f"{way}-{i}")
+            except RuntimeError as err:
+                print(f"error: {err}", file=sys.stderr)
+                return 1
+            rows.append({"round": i, "way": way, "fit_s": seconds})
+            print(f"round {i}: {way:>7} {seconds:8.1f} s")
     frame = pd.DataFrame(rows)
     print(processes_table(frame))
-    out = Path(args.out)
-    write_atomic(out / "processes.csv", frame.to_csv(index=False))
-    print(f"wrote {out / 'processes.csv'}")
+    write_csv(frame, args.out, "processes.csv")
     return 0
 
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from benchmarks import taking_turns, write_csv
 from benchmarks.batching import cpu_name
-from lra.atomic import write_atomic
 from lra.outputs import BENCH
 from results.bench_tables import subnormals_table
 
@@ -133,21 +133,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--checkpoint {args.checkpoint}: no such file (a run folder's checkpoints/last.ckpt)")
     print(f"CPU: {cpu_name()}; {args.threads} threads; {args.checkpoint}")
     rows = []
-    for i in range(args.rounds):
-        for mode in MODES if i % 2 == 0 else reversed(MODES):
-            try:
-                times = one_process(mode, args)
-            except RuntimeError as err:
-                print(f"error: {err}", file=sys.stderr)
-                return 1
-            rows += [{"round": i, "subnormals": mode, "model": model, "step_s": s} for model, s in times.items()]
-            print(f"round {i}: {mode:>7}  trained {times['trained']:.3f} s  initialised {times['initialised']:.3f} s")
+    for i, mode in taking_turns(MODES, args.rounds):
+        try:
+            times = one_process(mode, args)
+        except RuntimeError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        rows += [{"round": i, "subnormals": mode, "model": model, "step_s": s} for model, s in times.items()]
+        print(f"round {i}: {mode:>7}  trained {times['trained']:.3f} s  initialised {times['initialised']:.3f} s")
     frame = pd.DataFrame(rows).assign(checkpoint_step=checkpoint_step(args.checkpoint),
                                       settings=" ".join(args.settings))
     print(subnormals_table(frame))
-    out = Path(args.out)
-    write_atomic(out / "subnormals.csv", frame.to_csv(index=False))
-    print(f"wrote {out / 'subnormals.csv'}")
+    write_csv(frame, args.out, "subnormals.csv")
     return 0
 
 

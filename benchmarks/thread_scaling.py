@@ -19,14 +19,13 @@ import argparse
 import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import pandas as pd
 import pytorch_lightning as pl
 from torch.profiler import ProfilerActivity, profile
 
+from benchmarks import taking_turns, write_csv
 from lra.allocator import reuse_freed_memory
-from lra.atomic import write_atomic
 from lra.build import build
 from lra.config import compose
 from lra.errors import UserError
@@ -116,15 +115,14 @@ def main(argv: list[str] | None = None) -> int:
         optimizer.zero_grad(set_to_none=True)
 
     rows, ops = [], []
-    for i in range(args.rounds):
-        for threads in (1, args.threads) if i % 2 == 0 else (args.threads, 1):
-            with torch_threads(threads):
-                seconds = timed_steps(step, batches, args.warmup)
-            for name, value in seconds.items():
-                if name.startswith("other: "):
-                    ops.append({"round": i, "threads": threads, "op": name[7:], "seconds": value})
-                else:
-                    rows.append({"round": i, "threads": threads, "group": name, "seconds": value})
+    for i, threads in taking_turns((1, args.threads), args.rounds):
+        with torch_threads(threads):
+            seconds = timed_steps(step, batches, args.warmup)
+        for name, value in seconds.items():
+            if name.startswith("other: "):
+                ops.append({"round": i, "threads": threads, "op": name[7:], "seconds": value})
+            else:
+                rows.append({"round": i, "threads": threads, "group": name, "seconds": value})
     frame = pd.DataFrame(rows)
     best = paired(frame, "group", args.threads)
     print(f"{args.task}, {args.attention}: {args.steps} steps a round, medians of {args.rounds} rounds "
@@ -137,9 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the largest ops of 'other' at {args.threads} threads:")
         for op, r in top.iterrows():
             print(f"{op[:40]:>40}: {r[1]:6.3f} s, {r[args.threads]:6.3f} s, {r['speed_up']:.2f}x")
-    out = Path(args.out)
-    write_atomic(out / "thread_scaling.csv", frame.to_csv(index=False))
-    print(f"wrote {out / 'thread_scaling.csv'}")
+    write_csv(frame, args.out, "thread_scaling.csv")
     return 0
 
 
