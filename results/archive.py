@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from lra.atomic import read_regular, write_atomic
+from lra.record import completed_record
 from lra.run_files import COMMITTED_RUNS, METRICS_NAMES, archive_path
 
 
@@ -48,22 +49,13 @@ def archive(run_dir: Path, dest_root: Path = COMMITTED_RUNS, *, unfinished: bool
         hint = " and, with --unfinished, interrupted ones" if unfinished else ""
         raise ValueError(f"{record_file}: status {status!r}; only completed runs{hint} are archived")
     dest = archive_path(run_dir, record, dest_root)
-    if record["status"] == UNFINISHED and completed_there(dest):
+    if record["status"] == UNFINISHED and completed_record(dest) is not None:
         raise ValueError(f"{dest} holds this run's completed record; an unfinished one does not replace it")
     metrics = metrics_file(run_dir)
     files = {"result.json": record_bytes, **({"metrics.csv": read_regular(metrics)} if metrics else {})}
     for name, data in files.items():  # everything is read (and a link refused) before anything is written
         write_atomic(dest / name, data)
     return dest
-
-
-def completed_there(dest: Path) -> bool:
-    """`dest` already holds a completed record."""
-    try:
-        record = json.loads(read_regular(dest / "result.json"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(record, dict) and record.get("status") == "completed"
 
 
 def main(argv: list[str] | None = None) -> int:
