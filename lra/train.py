@@ -59,8 +59,36 @@ def without_noise() -> Iterator[None]:
         yield
 
 
-def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """Train with checkpoints on validation accuracy, test the best checkpoint; return record fields."""
+class Progress:
+    """How far a run's training got: read at the end of fitting, and by the record of a run that stops before it
+    (interrupted, diverged, failed), so that its steps, segments and training time so far are not lost."""
+
+    def __init__(self):
+        self.model: pl.LightningModule | None = None
+        self.trainer: pl.Trainer | None = None
+        self.fitted: dict[str, Any] | None = None  # frozen when fitting ends: testing reloads the counters
+
+    def freeze(self) -> dict[str, Any]:
+        """The fields at the end of fitting, kept from now on."""
+        self.fitted = self.fields()
+        return self.fitted
+
+    def fields(self) -> dict[str, Any]:
+        """The record's progress fields; none before the model and trainer exist."""
+        if self.fitted is not None:
+            return self.fitted
+        if self.model is None or self.trainer is None:
+            return {}
+        fit_time = self.model.fit_seconds()
+        tokens = self.model.train_tokens * self.trainer.world_size
+        return {"fit_time_s": fit_time, "earlier_segments_s": self.model.fit_seconds_before,
+                "tokens_per_s": tokens / fit_time if fit_time > 0 else None,
+                "steps": self.trainer.global_step, "segments": list(self.model.segments)}
+
+
+def fit_and_test(cfg: dict[str, Any], run_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
+    """Train with checkpoints on validation accuracy, test the best checkpoint; return record fields.
+    ``progress`` is given the model and trainer as soon as they exist."""
     if cfg["flush_subnormals"]:  # first: torch's intra-op threads take the mode when they start
         flush_subnormals()
     pl.seed_everything(cfg["seed"], workers=True)
@@ -94,12 +122,12 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
                                              enable_version_counter=False))
     trainer = pl.Trainer(**built.trainer_arguments, callbacks=callbacks, logger=loggers, default_root_dir=run_dir,
                          plugins=[RunFolderCheckpointIO()])
+    progress = Progress() if progress is None else progress
+    progress.model, progress.trainer = model, trainer
     if resume:
         log.info("resuming from %s (step %d)", resume, start_step)
     trainer.fit(model, datamodule=datamodule, ckpt_path=str(resume) if resume else None, weights_only=True)
-    # testing reloads the best checkpoint's progress counters: read them now
-    fit_time, train_tokens, earlier = model.fit_seconds(), model.train_tokens, model.fit_seconds_before
-    segments = list(model.segments)
+    fitted = progress.freeze()  # testing reloads the best checkpoint's progress counters: read them now
     best = checkpoint.best_model_path or None
     val_acc = checkpoint.best_model_score if best else trainer.callback_metrics.get("val/acc")
     tested = trainer.test(model, datamodule=datamodule, ckpt_path=best, weights_only=True)[0]
@@ -111,12 +139,8 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
             "majority_acc": datamodule.majority_acc(),
         },
         "params": sum(p.numel() for p in model.parameters()),
-        "fit_time_s": fit_time,
-        "earlier_segments_s": earlier,
-        "tokens_per_s": train_tokens * trainer.world_size / fit_time if fit_time > 0 else None,
         "best_checkpoint": best,
-        "steps": trainer.global_step,
-        "segments": segments,
+        **fitted,
     }
 
 
@@ -160,12 +184,12 @@ def run(cfg: dict[str, Any], run_dir: Path, *, locked: bool = False) -> dict[str
 
 def train_and_record(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """``fit_and_test`` with the record written in every outcome."""
-    record = new_record(cfg, run_dir)
+    record, progress = new_record(cfg, run_dir), Progress()
     start = time.perf_counter()
     try:
         check_config(cfg)
         with without_noise():
-            record.update(fit_and_test(cfg, run_dir))
+            record.update(fit_and_test(cfg, run_dir, progress))
         record["status"] = "completed"
     except UserError as err:
         record["error"] = str(err)
@@ -194,6 +218,8 @@ def train_and_record(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         record["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
         raise
     finally:
+        if record["status"] != "completed":  # how far it got: steps, segments, training time so far
+            record.update(progress.fields())
         # an interrupted-then-resumed run counts the training time of its earlier segments too
         record["wall_time_s"] = time.perf_counter() - start + record.get("earlier_segments_s", 0.0)
         record["finished_at"] = now()

@@ -205,12 +205,19 @@ def run_label(run: dict) -> str:
     return f"{run['task']}/{run['attention']}/seed {run['seed']}"
 
 
+def whole_run_time(record: RunRecord) -> float | None:
+    """``wall_time_s``, except for an interrupted record from before such records kept the time of their earlier
+    segments (no ``earlier_segments_s``): it timed its last segment only."""
+    timed_whole = record.get("status") != "interrupted" or "earlier_segments_s" in record
+    return record.get("wall_time_s") if timed_whole else None
+
+
 def parse_run(path: Path, record: RunRecord) -> tuple[dict, list[Problem]]:
     """Turn a checked record into a run dict (fields + cleaned metrics) and its problems."""
     run = {
         "task": str(record["task"]), "attention": str(record["attention"]), "seed": record["seed"],
         "tag": record_tag(record), "status": str(record["status"]),
-        "git_sha": record.get("git_sha"), "wall_time_s": record.get("wall_time_s"),
+        "git_sha": record.get("git_sha"), "wall_time_s": whole_run_time(record),
         "params": record.get("params"), "tokens_per_s": record.get("tokens_per_s"),
         "machine": machine_summary(record.get("segments")),
         "path": path.as_posix(), "finished_at": str(record.get("finished_at") or ""),

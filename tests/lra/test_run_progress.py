@@ -33,6 +33,8 @@ def test_a_resumed_run_records_all_segments_time_and_tokens(tiny_data_dir, tmp_p
     saved = torch.load(tmp_path / "split" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     first_segment = saved["run_progress"]["fit_seconds"]
     assert first_segment > 0 and saved["run_progress"]["train_tokens"] > 0
+    interrupted = json.loads((tmp_path / "split" / "result.json").read_text())
+    assert interrupted["earlier_segments_s"] == 0.0 and interrupted["fit_time_s"] >= first_segment
     resumed = run(config(tiny_data_dir), tmp_path / "split")
     assert resumed["earlier_segments_s"] == pytest.approx(first_segment)
     assert resumed["fit_time_s"] > first_segment and resumed["wall_time_s"] > resumed["fit_time_s"]
@@ -67,6 +69,11 @@ def test_each_segment_names_its_first_step_and_machine(tiny_data_dir, tmp_path, 
         patch.setattr(CheckpointOnPreemption, "on_train_batch_start", signal_at_step(9), raising=False)
         with pytest.raises(SIGTERMException):
             run(config(tiny_data_dir), tmp_path)
+    stopped = json.loads((tmp_path / "result.json").read_text())
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert stopped["status"] == "interrupted" and stopped["steps"] == saved["global_step"] == 10
+    assert [segment["from_step"] for segment in stopped["segments"]] == [0]  # how far it got, and where
+    assert 0 < stopped["fit_time_s"] <= stopped["wall_time_s"] and stopped["tokens_per_s"] > 0
     resumed = run(config(tiny_data_dir), tmp_path)
     first, second = resumed["segments"]
     assert first["from_step"] == 0 and 0 < second["from_step"] < 20

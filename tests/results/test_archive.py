@@ -18,9 +18,9 @@ METRICS = """epoch,lr-AdamW,step,train/acc,train/loss,val/acc,val/loss
 """
 
 
-def finished_run(root, status="completed"):
+def finished_run(root, status="completed", **extra):
     record = write_record(root / "outputs", "listops", "llops", 0, 0.37, tag="default", status=status,
-                          wall_time_s=7200.0, tokens_per_s=41234.5)
+                          wall_time_s=7200.0, tokens_per_s=41234.5, **extra)
     (record.parent / "csv").mkdir()
     (record.parent / "csv" / "metrics.csv").write_text(METRICS)
     (record.parent / "checkpoints").mkdir()
@@ -86,14 +86,16 @@ def test_archive_unfinished_names_sigterm_for_a_run_still_training(tmp_path):
         archive(run_dir, tmp_path / "runs", unfinished=True)
 
 
-def test_tables_list_an_unfinished_run_with_its_curve_so_far_and_never_average_it(tmp_path):
-    archive(finished_run(tmp_path / "a", status="interrupted"), tmp_path / "runs", unfinished=True)
+@pytest.mark.parametrize("extra, wall", [({}, ""), ({"earlier_segments_s": 3600.0}, "2.00 h")],
+                         ids=["last segment only", "all segments"])
+def test_tables_list_an_unfinished_run_with_its_curve_so_far_and_never_average_it(tmp_path, extra, wall):
+    archive(finished_run(tmp_path / "a", status="interrupted", **extra), tmp_path / "runs", unfinished=True)
     assert main([str(tmp_path / "runs"), "--out", str(tmp_path / "tables")]) == 0
     markdown = (tmp_path / "tables" / "lra.md").read_text()
     row = next(line for line in markdown.splitlines() if line.startswith("| llops ") and "unfinished" in line)
     cells = [cell.strip() for cell in row.strip("|").split("|")]
-    assert cells[3:7] == ["unfinished (step 100)", "18.50", "not by 100", ""]  # best val so far; no escape yet;
-    # no wall time: an interrupted record holds its last segment's only
+    assert cells[3:7] == ["unfinished (step 100)", "18.50", "not by 100", wall]  # best val so far; no escape yet;
+    # the wall time only where the record kept its earlier segments' time (records before that timed the last one)
     assert "- unfinished: " in markdown and "rerunning its command resumes it from last.ckpt" in markdown
     assert pd.read_csv(tmp_path / "tables" / "lra.csv").empty or \
         pd.read_csv(tmp_path / "tables" / "lra.csv")["listops_mean"].isna().all()
