@@ -113,11 +113,12 @@ class ChunkSketch:
         out.copy_(x_c.view(b, h, c, e).transpose(0, 1))
         return out.view(h, b * c, e)
 
-    def _rows_first(self, name: str, y: Tensor, c: int) -> Tensor:
-        """``(H, B C, e)`` -> a buffer ``(B H, C, e)``."""
+    def _rows_first(self, name: str, y: Tensor, c: int, square: bool = False) -> Tensor:
+        """``(H, B C, e)`` -> a buffer ``(B H, C, e)``, squared on the way if ``square`` (one pass, not two)."""
         b, h, e = self.batch, self.heads, y.shape[-1]
         out = self.work.get(name, (b, h, c, e))
-        out.copy_(y.view(h, b, c, e).transpose(0, 1))
+        moved = y.view(h, b, c, e).transpose(0, 1)
+        torch.mul(moved, moved, out=out) if square else out.copy_(moved)
         return out.view(b * h, c, e)
 
     def _project(self, x_c: Tensor) -> Tensor:
@@ -127,9 +128,7 @@ class ChunkSketch:
         return proj.view(self.heads, -1, *self.shape)
 
     def _finish(self, phi: Tensor, c: int) -> Tensor:
-        if self.square:
-            phi = torch.mul(phi, phi, out=self.work.get("square", phi.shape))
-        return self._rows_first("feature", phi, c)
+        return self._rows_first("feature", phi, c, self.square)
 
     def forward(self, x_c: Tensor) -> Tensor:
         proj = self._project(x_c)
@@ -148,12 +147,12 @@ class ChunkSketch:
 
     def backprop(self, x_c: Tensor, grad_feature: Tensor) -> Tensor:
         """After ``recompute(x_c)``: ``grad_x_c`` ``(B H, C, d)`` (a buffer); Theta's gradient accumulates."""
-        c = x_c.shape[1]
-        grad, scale = self._heads_first("grad_feature", grad_feature), 1  # (H, B C, m)
+        b, h, c, m = self.batch, self.heads, x_c.shape[1], self.features
+        grad, scale = grad_feature.view(b, h, c, m).transpose(0, 1), 1  # (H, B, C, m), read in place
         if self.square:  # d(phi^2) = 2 phi d(phi); the 2 is applied in the matmuls
-            grad, scale = self.phi.mul_(grad), 2
-        others = self.work.get("others", (*self.phi.shape[:2], *self.shape))
-        grad_proj = others.mul_(grad[:, :, None, None, :]).view(self.heads, -1, self.width())
+            grad, scale = self.phi.view(h, b, c, m).mul_(grad), 2
+        others = self.work.get("others", (*self.phi.shape[:2], *self.shape)).view(h, b, c, *self.shape)
+        grad_proj = others.mul_(grad[:, :, :, None, None, :]).view(h, -1, self.width())
         if self.grad_theta is not None:
             self.grad_theta.baddbmm_(self.x_h.transpose(1, 2), grad_proj, alpha=scale)
         grad_x = self.work.get("grad_x_h", self.x_h.shape)
