@@ -15,7 +15,6 @@ versions' outputs on the first batch differ; writes nothing: a benchmark, not a 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 import tempfile
 import time
@@ -28,24 +27,10 @@ import torch
 import yaml
 
 import attention_zoo
-from benchmarks.revision import ROOT, unpack
+from benchmarks.revision import ROOT, import_at
 from benchmarks.step_versions import compare
 from lra.allocator import reuse_freed_memory
 from lra.errors import UserError
-
-
-def load_zoo_at(rev: str, folder: Path) -> ModuleType:
-    """``attention_zoo`` as it is at ``rev``, unpacked under ``folder`` and imported as ``attention_zoo_at_<rev>``."""
-    unpack(rev, folder, ["attention_zoo"])
-    name = "attention_zoo_at_" + "".join(c if c.isalnum() else "_" for c in rev)
-    for stale in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
-        del sys.modules[stale]
-    spec = importlib.util.spec_from_file_location(name, folder / "attention_zoo" / "__init__.py",
-                                                  submodule_search_locations=[str(folder / "attention_zoo")])
-    package = importlib.util.module_from_spec(spec)
-    sys.modules[name] = package
-    spec.loader.exec_module(package)
-    return package
 
 
 def options_of(name: str, overrides: list[str]) -> dict:
@@ -119,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         batches = [inputs(lengths, args.heads, args.head_dim, seed)
                    for seed, lengths in enumerate(batch_lengths(args.data_dir, args.batch, args.batches))]
         with tempfile.TemporaryDirectory() as folder:
-            old_zoo = load_zoo_at(args.against, Path(folder))
+            old_zoo = import_at(args.against, Path(folder), "attention_zoo")
             new = build(attention_zoo, args.attention, args.heads, args.head_dim, options)
             old = build(old_zoo, args.attention, args.heads, args.head_dim, options)
             q, k, v, mask = batches[0]

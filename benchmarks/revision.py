@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
+from types import ModuleType
 
 from lra.errors import UserError
 
@@ -31,3 +34,18 @@ def unpack(rev: str, folder: Path, paths: list[str]) -> list[str]:
         safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python's own check, where it has one
         archive.extractall(folder, **safe)
     return present
+
+
+def import_at(rev: str, folder: Path, package: str) -> ModuleType:
+    """``package`` (a folder of this repository) as it is at ``rev``: unpacked under ``folder`` and imported as
+    ``<package>_at_<rev>``, beside this tree's own, its relative imports resolving inside the unpacked copy."""
+    unpack(rev, folder, [package])
+    name = f"{package}_at_" + "".join(c if c.isalnum() else "_" for c in rev)
+    for stale in [m for m in sys.modules if m == name or m.startswith(name + ".")]:  # an earlier call's
+        del sys.modules[stale]
+    spec = importlib.util.spec_from_file_location(name, folder / package / "__init__.py",
+                                                  submodule_search_locations=[str(folder / package)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

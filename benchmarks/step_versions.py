@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import statistics
 import sys
 import tempfile
@@ -33,7 +32,7 @@ import torch
 import lra.dropout
 import lra.model
 import lra.optimizer
-from benchmarks.revision import unpack
+from benchmarks.revision import import_at
 from benchmarks.step import PassThrough
 from lra.allocator import reuse_freed_memory
 from lra.config import compose
@@ -45,18 +44,10 @@ PARTS = ["masks", "bernoulli", "dropout", "step"]
 
 def load_lra_at(rev: str, folder: Path) -> ModuleType:
     """``lra`` as it is at git revision ``rev``, unpacked under ``folder`` and imported as ``lra_at_<rev>``."""
-    unpack(rev, folder, ["lra"])
-    name = "lra_at_" + "".join(c if c.isalnum() else "_" for c in rev)
-    spec = importlib.util.spec_from_file_location(name, folder / "lra" / "__init__.py",
-                                                  submodule_search_locations=[str(folder / "lra")])
-    for stale in [m for m in sys.modules if m == name or m.startswith(name + ".")]:  # an earlier call's
-        del sys.modules[stale]
-    package = importlib.util.module_from_spec(spec)
-    sys.modules[name] = package
-    spec.loader.exec_module(package)
+    package = import_at(rev, folder, "lra")
     for part in ("model", "dropout", "optimizer"):
         if (folder / "lra" / f"{part}.py").exists():
-            importlib.import_module(f"{name}.{part}")
+            importlib.import_module(f"{package.__name__}.{part}")
     return package
 
 
