@@ -1,15 +1,16 @@
 """One attention mechanism, this tree's ``attention_zoo`` against a git revision's, in one process:
-``python -m benchmarks.attention_versions [--against REV] [--attention llops] [KEY=VALUE ...]``.
+``python -m benchmarks.attention_versions [--against REV] [--attention llops] [OVERRIDE ...]``.
 
-Both versions build the mechanism from the same seed (its ``conf/attention/<name>.yaml`` options, then the
-``KEY=VALUE`` overrides) and each round runs forward and backward of each, taking turns (ABBA), on the same
-full-protocol ListOps batches: ``(B, H, N, head_dim)`` inputs with ``B`` sequences of real training-set lengths
-(drawn from ``--data-dir``'s ListOps train split with a fixed seed), padded to the batch's longest, and their
-key padding mask. Freed memory is kept for reuse, as in training (``lra.allocator``). Time is the thread's CPU
-time on one intra-op thread (time spent waiting for a core is not counted, so the ratio holds on a loaded machine;
-absolute times still move with shared caches), or wall time with ``--threads 2`` (idle cores only). Prints each
-version's median seconds a round and the median of the per-round ratios (this tree / REV), and how far the two
-versions' outputs on the first batch differ; writes nothing: a benchmark, not a test.
+Both versions build the mechanism as ``python run.py task=listops attention=<name> <overrides>`` would
+(``lra.module.attention_factory``, each from its own ``attention_zoo``, the same seed) and each round runs forward
+and backward of each, taking turns (ABBA), on the same full-protocol ListOps batches: ``(B, H, N, head_dim)``
+inputs (the config's batch size, heads and width) with ``B`` sequences of real training-set lengths (drawn from
+the config's ``data_dir`` with a fixed seed), padded to the batch's longest, and their key padding mask. Freed
+memory is kept for reuse, as in training (``lra.allocator``). Time is the thread's CPU time on one intra-op
+thread (time spent waiting for a core is not counted, so the ratio holds on a loaded machine; absolute times
+still move with shared caches), or wall time with ``--threads 2`` (idle cores only). Prints each version's
+median seconds a round and the median of the per-round ratios (this tree / REV), and how far the two versions'
+outputs on the first batch differ; writes nothing: a benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -20,31 +21,18 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import torch
-import yaml
+from hydra.errors import HydraException
 
 import attention_zoo
-from benchmarks.revision import ROOT, import_at
+from benchmarks.revision import import_at
 from benchmarks.step_versions import compare
 from lra.allocator import reuse_freed_memory
+from lra.config import compose
 from lra.errors import UserError
-
-
-def options_of(name: str, overrides: list[str]) -> dict:
-    """The mechanism's yaml options (without ``name``) with ``KEY=VALUE`` overrides (values read as YAML)."""
-    path = ROOT / "conf" / "attention" / f"{name}.yaml"
-    if not path.exists():
-        raise UserError(f"no conf/attention/{name}.yaml; known: {', '.join(attention_zoo.available())}")
-    options = {k: v for k, v in (yaml.safe_load(path.read_text()) or {}).items() if k != "name"}
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UserError(f"override {item!r} is not KEY=VALUE (e.g. degree=2)")
-        options[key] = yaml.safe_load(value)
-    return options
+from lra.module import attention_factory
 
 
 def batch_lengths(data_dir: Path, batch: int, batches: int, seed: int = 0) -> list[np.ndarray]:
@@ -76,9 +64,10 @@ def forward_backward(module: torch.nn.Module, batches: list[tuple[torch.Tensor, 
     return run
 
 
-def build(zoo: ModuleType, name: str, heads: int, head_dim: int, options: dict) -> torch.nn.Module:
+def build(cfg: dict, zoo) -> torch.nn.Module:
+    """The configured attention of the first layer, built from ``zoo`` after seeding torch with 0."""
     torch.manual_seed(0)
-    return zoo.build(name, head_dim=head_dim, num_heads=heads, **options).train()
+    return attention_factory(cfg, int(cfg["task"]["max_len"]), zoo)().train()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,39 +75,37 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--against", default="HEAD", help="git revision to compare with (default: HEAD)")
     parser.add_argument("--attention", default="llops")
-    parser.add_argument("--data-dir", type=Path, default=Path("data"))
-    parser.add_argument("--batch", type=int, default=32, help="sequences a batch (default 32, the protocol's)")
     parser.add_argument("--batches", type=int, default=2, help="batches a round (default 2)")
-    parser.add_argument("--heads", type=int, default=2)
-    parser.add_argument("--head-dim", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=8, help="timed rounds (median reported)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1,
                         help="intra-op threads (default 1, timed in thread CPU time; more: wall time, idle cores)")
-    parser.add_argument("overrides", nargs="*", help="the mechanism's options, e.g. degree=2")
-    args = parser.parse_args(argv)
+    parser.add_argument("overrides", nargs="*",
+                        help="Hydra overrides, e.g. attention.degree=2 model.heads=4 data_dir=/data")
+    args = parser.parse_intermixed_args(argv)  # overrides before and after the options
     torch.set_num_threads(args.threads)
     reuse_freed_memory()  # as training does: freed memory is reused, not returned and faulted in again
     try:
-        options = options_of(args.attention, args.overrides)
-        batches = [inputs(lengths, args.heads, args.head_dim, seed)
-                   for seed, lengths in enumerate(batch_lengths(args.data_dir, args.batch, args.batches))]
+        cfg = compose(["task=listops", f"attention={args.attention}", *args.overrides])
+        model = cfg["model"]
+        heads, head_dim = model["heads"], (model["qkv_dim"] or model["dim"]) // model["heads"]
+        drawn = batch_lengths(Path(cfg["data_dir"]), int(cfg["task"]["batch_size"]), args.batches)
+        batches = [inputs(lengths, heads, head_dim, seed) for seed, lengths in enumerate(drawn)]
         with tempfile.TemporaryDirectory() as folder:
-            old_zoo = import_at(args.against, Path(folder), "attention_zoo")
-            new = build(attention_zoo, args.attention, args.heads, args.head_dim, options)
-            old = build(old_zoo, args.attention, args.heads, args.head_dim, options)
+            new = build(cfg, attention_zoo)
+            old = build(cfg, import_at(args.against, Path(folder), "attention_zoo"))
             q, k, v, mask = batches[0]
             with torch.no_grad():
                 gap = (new(q, k, v, key_padding_mask=mask) - old(q, k, v, key_padding_mask=mask)).abs().max()
             clock = time.thread_time if args.threads == 1 else time.perf_counter
             row = compare("attention", "us", 1, forward_backward(new, batches), forward_backward(old, batches),
                           args.rounds, args.warmup, clock)
-    except UserError as err:
+    except (UserError, HydraException) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     timed = "one thread (CPU time)" if args.threads == 1 else f"{args.threads} threads (wall time)"
-    print(f"{args.attention} {options}: this tree against {args.against}, {args.batches} batches of {args.batch} "
-          f"(lengths {', '.join(str(int(b[3].sum(1).max())) for b in batches)} longest), {timed}, forward + backward, "
+    print(f"{cfg['attention']}: this tree against {args.against}, {len(drawn)} batches of {len(drawn[0])} "
+          f"(longest {', '.join(str(int(lengths.max())) for lengths in drawn)}), {timed}, forward + backward, "
           f"medians of {args.rounds} rounds")
     print(f"  this tree {row['this_tree'] / 1e6:.4f} s, {args.against} {row['against'] / 1e6:.4f} s a round: "
           f"ratio {row['ratio']:.3f} ({row['ratio_min']:.3f}-{row['ratio_max']:.3f}); outputs differ by at most "

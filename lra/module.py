@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from functools import partial
+from types import ModuleType
 from typing import Any
 
 import pytorch_lightning as pl
@@ -23,8 +24,9 @@ from .optimizer import adamw
 from .schedules import lr_multiplier, scheduler
 
 
-def attention_factory(cfg: dict[str, Any], max_len: int):
-    """A builder ``make(layer=0)`` of the configured attention; bad names/options become ``UserError``.
+def attention_factory(cfg: dict[str, Any], max_len: int, zoo: ModuleType = attention_zoo):
+    """A builder ``make(layer=0)`` of the configured attention from ``zoo`` (``attention_zoo``, or another version
+    of it: ``benchmarks.attention_versions``); bad names/options become ``UserError``.
 
     The options are checked by one build on the meta device (shapes only), so the real modules are built
     once per layer and the initial weights do not depend on how often the config was checked.
@@ -39,20 +41,19 @@ def attention_factory(cfg: dict[str, Any], max_len: int):
     if cfg["task"]["causal"]:  # token-level tasks that predict from the past only (ar)
         opts["causal"] = True
     model = cfg["model"]
-    known = name in attention_zoo.available()
-    if model["attention_dropout"] and known and "dropout" in attention_zoo.options(name):
+    known = name in zoo.available()
+    if model["attention_dropout"] and known and "dropout" in zoo.options(name):
         opts["dropout"] = float(model["attention_dropout"])
-    seeded = "seed" in attention_zoo.options(name) if known else False
+    seeded = "seed" in zoo.options(name) if known else False
     base_seed = int(opts.pop("seed", 0)) if seeded else 0
 
     def make(layer: int = 0) -> nn.Module:
         extra = {"seed": base_seed + 1000 * int(cfg["seed"]) + layer} if seeded else {}
         head_dim = (model["qkv_dim"] or model["dim"]) // model["heads"]
-        return attention_zoo.build(name, head_dim=head_dim, num_heads=model["heads"],
-                                   max_len=max_len, **opts, **extra)
+        return zoo.build(name, head_dim=head_dim, num_heads=model["heads"], max_len=max_len, **opts, **extra)
 
     if known:
-        check_option_types(name, opts)
+        check_option_types(name, opts, zoo)
     try:
         with torch.device("meta"):  # a check without weights: it draws nothing from torch's RNG
             make()
@@ -61,10 +62,10 @@ def attention_factory(cfg: dict[str, Any], max_len: int):
     return make
 
 
-def check_option_types(name: str, opts: dict[str, Any]) -> None:
+def check_option_types(name: str, opts: dict[str, Any], zoo: ModuleType = attention_zoo) -> None:
     """An option whose value is not of its default's type (``features=abc``) is a ``UserError`` naming the key
     (``lra.attention_options.check_type``, the check run.py makes before torch loads)."""
-    defaults = attention_zoo.options(name)
+    defaults = zoo.options(name)
     for key, value in opts.items():
         check_type(name, key, value, defaults.get(key))
 
