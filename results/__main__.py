@@ -25,11 +25,11 @@ from results.collect import collect
 from results.escapes import add_escapes
 from results.html import write_site
 from results.latex import to_latex
-from results.markdown import to_markdown
+from results.markdown import shared_protocol_notes, to_markdown
 from results.microscope import NAME as MICROSCOPE
 from results.microscope import write_microscope_tables
 from results.plots import write_plots
-from results.protocol import protocol_notes
+from results.protocol import protocol_notes, shared_protocols
 from results.rules import read_rules
 from results.summary import DEFAULT_REFERENCES, REFERENCES, add_published, load_reference, summarize
 
@@ -107,7 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     names = list(REFERENCES) if "all" in (args.reference or []) else list(dict.fromkeys(args.reference or []))
     frames = {name: load_reference(name) for name in names or DEFAULT_REFERENCES}
     references = {REFERENCES[name]: frame for name, frame in frames.items()}
-    markdown = to_markdown(summary, problems, references, args.published_rows, protocol_notes(long), long, rules)
+    notes = protocol_notes(long)
+    shared = shared_protocol_notes(shared_protocols(long), summary)
+    for tag, lines in shared.items():
+        notes.setdefault(tag, []).extend(lines)
+    markdown = to_markdown(summary, problems, references, args.published_rows, notes, long, rules)
     out = Path(args.out)
     write_atomic(out / "runs.csv", long.to_csv(index=False))
     write_atomic(out / "lra.csv", add_published(summary, frames).to_csv(index=False, float_format="%.4f"))
@@ -115,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     write_atomic(out / "lra.tex", to_latex(summary, references))
     plots = write_plots(summary, long, out)
     print(markdown, end="")
-    site = write_site(out, summary, long, problems, frames, args.roots) if args.html else []
+    site = write_site(out, summary, long, problems, frames, args.roots, shared) if args.html else []
     written = [out / "runs.csv", out / "lra.csv", out / "lra.md", out / "lra.tex", *plots, *site]
     print(f"wrote {', '.join(map(str, written))}", file=sys.stderr)
     return 0

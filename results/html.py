@@ -140,8 +140,10 @@ def task_table(tag: str, task: str, wide: pd.DataFrame, best: pd.DataFrame, long
 
 
 def tag_part(tag: str, summary: pd.DataFrame, wide: pd.DataFrame, long: pd.DataFrame, problems: list[Problem],
-             frames: dict[str, pd.DataFrame], lengths: dict, images: Path) -> tuple[str, list[Path], dict]:
-    """One tag: notes, throughput figure, a section per task shown in `lra.md`, the records not averaged.
+             frames: dict[str, pd.DataFrame], lengths: dict, images: Path,
+             shared: list[str] | None = None) -> tuple[str, list[Path], dict]:
+    """One tag: notes (`shared`: `results.markdown.shared_protocol_notes`' for it), throughput figure, a section per
+    task shown in `lra.md`, the records not averaged.
 
     Returns the HTML, the images written and {(tag, task): section id}.
     """
@@ -150,7 +152,7 @@ def tag_part(tag: str, summary: pd.DataFrame, wide: pd.DataFrame, long: pd.DataF
     tasks = shown_tasks(mine) if not mine.empty else []
     runs = long[long["tag"] == tag]
     parts = [f'<h2 id="{short_id("tag", tag)}">tag <code>{esc(tag)}</code></h2>']
-    notes = (tag_notes(tag, mine) if not mine.empty else []) + protocol_notes(runs).get(tag, [])
+    notes = (tag_notes(tag, mine) if not mine.empty else []) + protocol_notes(runs).get(tag, []) + list(shared or [])
     missing = [note for note in notes if note.startswith("Missing for ")]
     notes = [note for note in notes if note not in missing]
     if notes:
@@ -186,11 +188,13 @@ def navigation(tags: list[str], sections: dict, analyses: bool) -> str:
 
 
 def write_site(out: str | Path, summary: pd.DataFrame, long: pd.DataFrame, problems: list[Problem],
-               frames: dict[str, pd.DataFrame], roots: list[str | Path]) -> list[Path]:
+               frames: dict[str, pd.DataFrame], roots: list[str | Path],
+               shared: dict[str, list[str]] | None = None) -> list[Path]:
     """Write `<out>/index.html` and its images (`<out>/index_files/`); return the paths written.
 
     `frames` maps a published table's file stem to its `load_reference` frame (as `lra.csv`); `roots` are searched
-    for analysis records. Images of ours from an earlier page that this one no longer shows are removed.
+    for analysis records; `shared` holds each tag's notes on other tags of its protocol (`lra.md`'s). Images of
+    ours from an earlier page that this one no longer shows are removed.
     """
     out = Path(out)
     images = out / IMAGES
@@ -203,7 +207,8 @@ def write_site(out: str | Path, summary: pd.DataFrame, long: pd.DataFrame, probl
     references = {REFERENCES.get(stem, stem): frame for stem, frame in frames.items()}
     body, written, sections = [], [], {}
     for tag in tags:
-        html, pngs, ids = tag_part(tag, summary, wide, long, problems, frames, lengths, images)
+        html, pngs, ids = tag_part(tag, summary, wide, long, problems, frames, lengths, images,
+                                   (shared or {}).get(tag, []))
         body.append(html)
         written += pngs
         sections.update(ids)

@@ -236,6 +236,24 @@ def tag_notes(tag: str, summary: pd.DataFrame) -> list[str]:
     return lines
 
 
+def shared_protocol_notes(shared: dict[tuple[str, str], list[str]], summary: pd.DataFrame) -> dict[str, list[str]]:
+    """Per tag, a note for each other tag of the same protocol on a task (`results.protocol.shared_protocols`),
+    with that tag's cells: its runs are this protocol too, though listed and averaged in their own section."""
+    notes: dict[str, list[str]] = {}
+    for (tag, task), others in sorted(shared.items()):
+        for other in others:
+            rows = summary[(summary["tag"] == other) & ~is_reference(summary["attention"])]
+            cells = [f"`{md_code(row['attention'])}` " + format_cell(
+                         row[f"{task}_mean"], row[f"{task}_std"], row[f"{task}_n"], row.get(f"{task}_escaped"))
+                     for _, row in rows.iterrows() if pd.notna(row[f"{task}_mean"])]
+            if cells:
+                notes.setdefault(tag, []).append(
+                    f"{md_text(task)}: the runs of tag `{md_code(other)}` follow this protocol too (its config differs "
+                    f"in no task, model or trainer setting); they are averaged in their own section, not here: "
+                    f"{', '.join(cells)}.")
+    return notes
+
+
 def section_order(tag: str) -> tuple:
     """`default` first, then by the tag the runs were made under, its own runs before sections apart from it."""
     return base_tag(tag) != DEFAULT_TAG, base_tag(tag), tag

@@ -122,3 +122,26 @@ def protocol_notes(long: pd.DataFrame) -> dict[str, list[str]]:
     for tag, part in runs[runs["protocol"] == UNCHECKED].groupby("tag", sort=True):
         notes.setdefault(tag, []).append(f"{len(part)} completed run(s) record no config: not checked for drift.")
     return notes
+
+
+def shared_protocols(long: pd.DataFrame, conf_dir: Path = CONF_DIR) -> dict[tuple[str, str], list[str]]:
+    """{(tag, task): the other tags whose config composes the same protocol for `task`}, among the tags whose
+    completed runs were checked against `conf/` and kept their tag's section.
+
+    Two experiments that set nothing different for a task are one protocol under two names (`study_lr` sets
+    ListOps' peak lr to 1e-3, which `default` has too). Their runs stay in their own sections; this only finds them.
+    Tags without an experiment config of their own name (`conf/experiment/<tag>.yaml`, or `default`) are left out.
+    """
+    done = long[(long["status"] == "completed") & (long["protocol"] == FROM_CONF)]
+    views: dict[tuple[str, str], str] = {}
+    for tag, task in sorted(set(zip(done["tag"], done["task"]))):
+        protocol = None if SECTION_SEP in tag else compose_protocol(tag, task, conf_dir)
+        if protocol is not None:
+            views[(tag, task)] = json.dumps(protocol_view(protocol), sort_keys=True, default=str)
+    shared = {}
+    for (tag, task), view in views.items():
+        others = [other for (other, its_task), its_view in views.items()
+                  if its_task == task and other != tag and its_view == view]
+        if others:
+            shared[(tag, task)] = others
+    return shared

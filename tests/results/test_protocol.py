@@ -1,11 +1,13 @@
 """Config drift: the protocol a tag's runs are checked against, and runs off it kept out of the averages."""
 
 import copy
+import shutil
 
 import pytest
 
+from lra.config import CONF_DIR
 from results.collect import collect
-from results.markdown import to_markdown
+from results.markdown import shared_protocol_notes, to_markdown
 from results.protocol import (
     FROM_CONF,
     MOST_COMMON,
@@ -16,6 +18,7 @@ from results.protocol import (
     most_common_config,
     protocol_notes,
     protocol_view,
+    shared_protocols,
 )
 from results.summary import summarize
 from tests.results.records import write_record
@@ -211,3 +214,28 @@ def test_your_runs_beside_committed_ones_get_a_section_of_their_own(tmp_path, qu
     assert "`softmax` listops averages runs of 2 code versions (aaaaaaa, bbbbbbb)." in markdown
     alone, _ = collect([yours], committed=committed)
     assert set(alone["tag"]) == {"quick"}  # only your runs: nothing to keep apart
+
+
+def test_tags_whose_configs_compose_one_protocol_name_each_other(tmp_path, quick):
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    (conf / "experiment" / "alias.yaml").write_text("# @package _global_\nexperiment: alias\ntag: alias\n")
+    alias = compose_protocol("alias", "listops", conf)
+    assert alias is not None and config_drift(alias, quick)  # the defaults: the full protocol, not quick's
+    runs = tmp_path / "runs"
+    protocol_record(runs, compose_protocol("default", "listops", conf), "softmax", 0, 0.35, experiment=None)
+    protocol_record(runs, alias, "linear", 0, 0.34, experiment="alias")
+    protocol_record(runs, alias, "linear", 1, 0.36, experiment="alias")
+    protocol_record(runs, changed(alias, **{"task.optim.lr": 0.5}), "linear", 2, 0.20, experiment="alias")
+    protocol_record(runs, quick, "softmax", 0, 0.40, experiment="quick")
+    long, problems = collect([runs], conf_dir=conf)
+    assert problems == []
+    shared = shared_protocols(long, conf)
+    assert shared == {("alias", "listops"): ["default"], ("default", "listops"): ["alias"]}  # not quick, not drift
+    notes = shared_protocol_notes(shared, summarize(long))
+    assert notes["default"] == ["listops: the runs of tag `alias` follow this protocol too (its config differs in no "
+                                "task, model or trainer setting); they are averaged in their own section, not here: "
+                                "`linear` 35.00 ± 1.41 (n=2)."]
+    assert "`softmax` 35.00 (n=1)" in notes["alias"][0]
+    markdown = to_markdown(summarize(long), problems, {}, notes=notes, long=long)
+    assert notes["default"][0] in markdown
