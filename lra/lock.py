@@ -75,3 +75,22 @@ def run_folder_lock(run_dir: Path) -> Iterator[None]:
     finally:
         path.unlink(missing_ok=True)  # before closing: a waiting process then locks a new file
         os.close(fd)
+
+
+def live_holder(run_dir: Path) -> int | None:
+    """The pid that ``<run_dir>/run.lock`` names when that process is alive on this host, else None.
+
+    Read only, without locking (so it never gets in the way of a run starting): a run killed without its
+    ``finally`` leaves the file behind naming a dead pid; a reused pid would be taken for the run.
+    """
+    try:
+        fd = os.open(Path(run_dir) / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            info = json.loads(f.read(4096))
+        pid = int(info["pid"])
+        if info["host"] != socket.gethostname() or pid <= 0:
+            return None
+        os.kill(pid, 0)
+    except (OSError, ValueError, KeyError, TypeError):  # no file, unreadable, or no such process
+        return None
+    return pid
