@@ -15,10 +15,13 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import yaml
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from lra.lock import live_holder
 from lra.record import RECORD_NAME
+from results.collect import first_line
 from results.curves import readable_curve
 from results.escapes import ESCAPE_AT, escape_step
 from results.markdown import markdown_table
@@ -73,11 +76,17 @@ def segment_pace(run_dir: Path) -> float | None:
 
 def progress_row(run_dir: Path, root: Path) -> dict:
     """One folder's line (see the module docstring)."""
-    config = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
-    task, max_steps = setting(config, "task.name"), setting(config, "task.max_steps")
-    curve = readable_curve(run_dir / RECORD_NAME)
     row = dict.fromkeys(COLUMNS, "")
     row.update(run=run_dir.relative_to(root).as_posix(), state=state(run_dir))
+    path = run_dir / ".hydra" / "config.yaml"
+    try:
+        config = OmegaConf.load(path)
+    except (OSError, yaml.YAMLError, OmegaConfBaseException) as err:
+        print(f"warning: {path}: not a readable config ({first_line(err)}); its task and max_steps are unknown",
+              file=sys.stderr)
+        config = OmegaConf.create()
+    task, max_steps = setting(config, "task.name"), setting(config, "task.max_steps")
+    curve = readable_curve(run_dir / RECORD_NAME)
     if not curve.empty:
         step = int(curve["step"].max())
         row.update({"step": f"{step:,}" + (f" / {int(max_steps):,}" if isinstance(max_steps, int) else ""),

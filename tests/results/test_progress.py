@@ -84,3 +84,11 @@ def test_only_hydra_configs_mark_run_folders(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "config.yaml").write_text("task:\n  name: listops\n")  # not under .hydra/: not a run folder
     assert progress_table([tmp_path]).empty
+
+
+def test_an_unreadable_config_still_gives_the_folders_line(tmp_path, capsys):
+    folder = run_folder(tmp_path)
+    (folder / ".hydra" / "config.yaml").write_text("task: [unclosed\n")
+    row = progress_table([tmp_path]).iloc[0]
+    assert row["state"] == "stopped" and row["step"] == "150" and row["escaped at"] == ""  # task unknown
+    assert "config.yaml: not a readable config" in capsys.readouterr().err
