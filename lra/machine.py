@@ -1,5 +1,5 @@
-"""Where a run segment trained: the processor, the cores it could use, torch's threads, the device, and whether
-subnormal floats were flushed (``lra.subnormals``).
+"""Where a run segment trained: the processor, the cores it could use, torch's threads, the device, whether
+subnormal floats were flushed (``lra.subnormals``) and which ``malloc`` served it (``lra.allocator``).
 
 Wall times and tokens/s mean little without the machine (these runs move between AMD and Intel CPUs, one or two
 threads, and sometimes a GPU), so every segment of a run (the first, and each resume) names its machine in the
@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from .allocator import malloc_name
 from .subnormals import subnormals
 
 CPUINFO = Path("/proc/cpuinfo")
@@ -69,4 +70,4 @@ def describe(device: torch.device, processes: int) -> dict[str, Any]:
     cpuinfo = read_cpuinfo()
     return {"cpu": cpu_model(cpuinfo), "vector": vector_units(cpuinfo), "cores": usable_cores(),
             "threads": torch.get_num_threads(), "device": device_name(device), "processes": processes,
-            "subnormals": subnormals()}
+            "subnormals": subnormals(), "malloc": malloc_name()}

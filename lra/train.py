@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
+import torch
 from pytorch_lightning.callbacks import LearningRateMonitor
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
-from .allocator import ReleaseFreedMemory, reuse_freed_memory
+from .allocator import JEMALLOC_CONF, ReleaseFreedMemory, malloc_name, reuse_freed_memory
 from .build import build
 from .callbacks import CheckpointOnPreemption, StepProgressBar, StopOnDivergence, ValidationProgress, stop_signal
 from .checkpoints import RunFolderCheckpoint, RunFolderCheckpointIO, not_a_link, resume_point
@@ -94,6 +95,10 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path, progress: Progress | None =
     pl.seed_everything(cfg["seed"], workers=True)
     if cfg["reuse_freed_memory"]:
         reuse_freed_memory()
+    if malloc_name() == "glibc" and not torch.cuda.is_available():
+        log.info("malloc: glibc, which slows a long CPU run as its heap fragments (~20%% after an hour); for long runs "
+                 "preload jemalloc: LD_PRELOAD=<path of libjemalloc.so.2> MALLOC_CONF=%s python run.py ... "
+                 "(docs/benchmarks.md, \"malloc\")", JEMALLOC_CONF)
     ckpt_dir = run_dir / "checkpoints"
     resume = ckpt_dir / "last.ckpt"
     resume = resume if resume.exists() and not cfg["trainer"].get("fast_dev_run") else None

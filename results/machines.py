@@ -8,7 +8,8 @@ from typing import Any
 
 def segment_machine(segment: dict[str, Any]) -> str:
     """``cuda: NVIDIA H200`` or ``Intel(R) Xeon(R) ..., 1 thread``; ``, subnormals flushed`` where they were
-    (``lra.subnormals``); `` x2 processes`` under DDP."""
+    (``lra.subnormals``); ``, jemalloc`` where glibc did not serve ``malloc`` (``lra.allocator``); `` x2 processes``
+    under DDP."""
     device = str(segment.get("device", "?"))
     if device == "cpu":
         threads = segment.get("threads", "?")
@@ -16,6 +17,7 @@ def segment_machine(segment: dict[str, Any]) -> str:
         device = f"{segment.get('cpu', '?')}{vector}, {threads} thread{'' if threads == 1 else 's'}"
     processes = segment.get("processes", 1)
     device += "" if segment.get("subnormals") != "flushed" else ", subnormals flushed"
+    device += "" if segment.get("malloc") in (None, "glibc", "unknown") else f", {segment['malloc']}"
     return device if processes == 1 else f"{device} x{processes} processes"
 
 

@@ -54,3 +54,17 @@ def test_training_releases_freed_memory_only_while_it_keeps_it(tiny_data_dir, tm
                           f"reuse_freed_memory={reuse}"])
     train.run(cfg, tmp_path)
     assert len(released) == (2 if reuse else 0)  # after steps 5 and 10
+
+
+def test_the_malloc_is_named_from_the_library_that_serves_it():
+    assert allocator.malloc_of("/lib/x86_64-linux-gnu/libc.so.6") == "glibc"
+    assert allocator.malloc_of("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2") == "jemalloc"
+    assert allocator.malloc_of("/usr/lib/libtcmalloc_minimal.so.4") == "tcmalloc"
+    assert allocator.malloc_of("/opt/libfoo.so") == "libfoo.so"
+    if hasattr(allocator._libc(), "mallopt") and "LD_PRELOAD" not in os.environ:  # glibc, nothing preloaded
+        assert allocator.malloc_name() == "glibc"
+
+
+def test_the_glibc_settings_do_nothing_under_another_malloc(monkeypatch):
+    monkeypatch.setattr(allocator, "malloc_name", lambda: "jemalloc")
+    assert not allocator.reuse_freed_memory() and not allocator.release_freed_memory()

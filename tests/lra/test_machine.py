@@ -15,5 +15,5 @@ def test_vector_units_from_cpuinfo_flags():
 
 def test_describe_names_every_field():
     machine = describe(torch.device("cpu"), processes=1)
-    assert set(machine) == {"cpu", "vector", "cores", "threads", "device", "processes", "subnormals"}
+    assert set(machine) == {"cpu", "vector", "cores", "threads", "device", "processes", "subnormals", "malloc"}
     assert machine["device"] == "cpu" and machine["cores"] >= 1 and machine["threads"] >= 1

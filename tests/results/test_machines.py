@@ -33,3 +33,10 @@ def test_the_vector_units_are_named_when_recorded():
 def test_a_first_recorded_segment_after_step_0_says_where_it_starts():
     line = machine_summary([{"from_step": 1801, **XEON}])
     assert line == "from step 1,801: Intel(R) Xeon(R) Platinum 8480+, 1 thread"
+
+
+def test_a_malloc_other_than_glibc_is_named_and_a_change_of_it_starts_a_part():
+    glibc, jemalloc = {"from_step": 0, **XEON, "malloc": "glibc"}, {"from_step": 1800, **XEON, "malloc": "jemalloc"}
+    assert machine_summary([glibc]) == "Intel(R) Xeon(R) Platinum 8480+, 1 thread"  # the default: as before
+    assert machine_summary([glibc, jemalloc]) == ("Intel(R) Xeon(R) Platinum 8480+, 1 thread; from step 1,800: "
+                                                  "Intel(R) Xeon(R) Platinum 8480+, 1 thread, jemalloc")
