@@ -21,14 +21,24 @@ from .errors import UserError
 LOCK_NAME = "run.lock"
 
 
-def holder(path: Path) -> str:
-    """Who the lock file says holds it, for the message (read without following a link)."""
+def lock_info(path: Path) -> dict | None:
+    """What the lock file says (``pid``, ``host``, ``started``), read without following a link; None when it
+    cannot be read as that."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as f:
             info = json.loads(f.read(4096))
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def holder(path: Path) -> str:
+    """Who the lock file says holds it, for the message."""
+    try:
+        info = lock_info(path)
         return f"pid {info['pid']} on {info['host']}, started {info['started']}"
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):  # None, or a field missing
         return "another process"
 
 
@@ -84,13 +94,11 @@ def live_holder(run_dir: Path) -> int | None:
     ``finally`` leaves the file behind naming a dead pid; a reused pid would be taken for the run.
     """
     try:
-        fd = os.open(Path(run_dir) / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as f:
-            info = json.loads(f.read(4096))
+        info = lock_info(Path(run_dir) / LOCK_NAME)
         pid = int(info["pid"])
         if info["host"] != socket.gethostname() or pid <= 0:
             return None
         os.kill(pid, 0)
-    except (OSError, ValueError, KeyError, TypeError):  # no file, unreadable, or no such process
+    except (OSError, ValueError, KeyError, TypeError):  # no file or a field missing (None), or no such process
         return None
     return pid
