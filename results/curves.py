@@ -19,6 +19,20 @@ from results.plot_style import EDGE, attention_style, plain  # noqa: E402
 from results.safe_read import CSV_LIMIT, UnsafeFile, read_limited  # noqa: E402
 
 LINE_STYLES = ("-", "--", ":", "-.")  # the 1st, 2nd, ... seed of an attention in one panel
+RAN = ("completed", "interrupted")  # statuses of runs with a curve (interrupted: unfinished so far)
+UNFINISHED_ALPHA = 0.45  # an unfinished run's curve is drawn fainter, and its label says so
+
+
+def drawn_runs(long: pd.DataFrame) -> pd.DataFrame:
+    """The runs of `long` whose curves are drawn: completed and unfinished ones, one row per record."""
+    return long[long["status"].isin(RAN)].drop_duplicates("path")
+
+
+def run_line(run, label: str) -> tuple[str, float]:
+    """The legend label and alpha of `run`'s curve: an unfinished run (status interrupted) fainter and marked."""
+    if getattr(run, "status", "completed") == "completed":
+        return label, 1.0
+    return f"{label}, unfinished", UNFINISHED_ALPHA
 
 
 def empty_curve() -> pd.DataFrame:
@@ -72,10 +86,11 @@ def curves_figure(curves: list[tuple[object, pd.DataFrame]]):
         for run, curve in shown:
             colour, marker = attention_style(run.attention)
             nth = seen[str(run.attention)] = seen.get(str(run.attention), -1) + 1
+            label, alpha = run_line(run, f"{run.attention} (seed {run.seed}")
             ax.plot(curve["step"], 100 * curve["val_acc"], color=colour, marker=marker,
                     markevery=max(1, len(curve) // 8), markersize=4, markeredgecolor=EDGE, markeredgewidth=0.4,
-                    linewidth=1.2, linestyle=LINE_STYLES[nth % len(LINE_STYLES)],
-                    label=plain(f"{run.attention} (seed {run.seed})"))
+                    linewidth=1.2, linestyle=LINE_STYLES[nth % len(LINE_STYLES)], alpha=alpha,
+                    label=plain(label + ")"))
         ax.set(title=plain(task), xlabel="training step", ylabel="validation accuracy (%)")
         ax.grid(True, alpha=0.3)
         if len(shown) > 6:  # many runs: the legend beside the panel, never over the curves
@@ -87,12 +102,12 @@ def curves_figure(curves: list[tuple[object, pd.DataFrame]]):
 
 
 def plot_learning_curves(long: pd.DataFrame, path: Path) -> bool:
-    """Validation accuracy (%) against step for every completed run of `long` (`curves_figure`), one panel per task.
+    """Validation accuracy (%) against step for every completed or unfinished run of `long` (`curves_figure`), one
+    panel per task.
 
     Returns False (and writes nothing) when no run has a ``metrics.csv``.
     """
-    runs = long[(long["status"] == "completed")].drop_duplicates("path")
-    curves = [(run, readable_curve(run.path)) for run in runs.itertuples()]
+    curves = [(run, readable_curve(run.path)) for run in drawn_runs(long).itertuples()]
     curves = [(run, curve) for run, curve in curves if not curve.empty]
     if not curves:
         return False
@@ -103,11 +118,11 @@ def plot_learning_curves(long: pd.DataFrame, path: Path) -> bool:
 
 
 def plot_curves_across_tags(long: pd.DataFrame, task: str, path: Path, threshold: float | None = None) -> bool:
-    """Validation accuracy (%) against step of every completed `task` run in `long`, all tags in one panel (a study
-    compares settings that are tags of their own), one colour per (attention, tag), seeds by line style; a dashed
-    line at `threshold` (a fraction). Returns False (and writes nothing) when fewer than two tags have curves."""
-    runs = long[(long["status"] == "completed") & (long["task"] == task)].drop_duplicates("path")
-    curves = [(run, readable_curve(run.path)) for run in runs.itertuples()]
+    """Validation accuracy (%) against step of every completed or unfinished `task` run in `long`, all tags in one
+    panel (a study compares settings that are tags of their own), one colour per (attention, tag), seeds by line
+    style; a dashed line at `threshold` (a fraction). Returns False (and writes nothing) when fewer than two tags
+    have curves."""
+    curves = [(run, readable_curve(run.path)) for run in drawn_runs(long[long["task"] == task]).itertuples()]
     curves = [(run, c) for run, c in curves if not c.empty]
     curves.sort(key=lambda rc: (rc[0].tag, rc[0].attention, rc[0].seed))
     if len({run.tag for run, _ in curves}) < 2:
@@ -119,9 +134,9 @@ def plot_curves_across_tags(long: pd.DataFrame, task: str, path: Path, threshold
     for run, curve in curves:
         group = (run.attention, run.tag)
         nth = seen[group] = seen.get(group, -1) + 1
+        label, alpha = run_line(run, f"{run.attention} · {run.tag} (seed {run.seed}")
         ax.plot(curve["step"], 100 * curve["val_acc"], color=palette(groups.index(group) % palette.N),
-                linestyle=LINE_STYLES[nth % len(LINE_STYLES)], linewidth=1.2,
-                label=plain(f"{run.attention} · {run.tag} (seed {run.seed})"))
+                linestyle=LINE_STYLES[nth % len(LINE_STYLES)], linewidth=1.2, alpha=alpha, label=plain(label + ")"))
     if threshold is not None:
         ax.axhline(100 * threshold, color="k", linestyle="--", linewidth=0.8, label=f"escape ({100 * threshold:.0f}%)")
     ax.set(title=plain(f"{task}: validation accuracy of every run, by tag"), xlabel="training step",

@@ -8,13 +8,13 @@ import pandas as pd
 
 from lra.record import DEFAULT_TAG
 from results.collect import CLASSIC_TASKS, UNTAGGED, Problem
+from results.curves import RAN
 from results.escapes import ESCAPE_AT, escape_steps
 from results.markdown_text import md_code, md_text
 from results.protocol import SECTION_SEP, YOURS, base_tag, only_yours
 from results.summary import AVERAGE, REFERENCE_ROWS, best_flags, follows, is_reference, rules_of_sections, shown_beside
 
 QUICK_TAG = "quick"  # a pipeline check: its section gets no runs table
-RAN = ("completed", "interrupted")  # statuses whose runs the runs table lists (interrupted: unfinished so far)
 
 
 def format_cell(mean, std=math.nan, n=None, escaped=None) -> str:

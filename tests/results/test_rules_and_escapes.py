@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 
+import matplotlib.pyplot as plt
 import pandas as pd
 
+from results import curves
 from results.__main__ import main as results_main
 from results.collect import collect
 from results.escapes import escape_step, escape_steps
@@ -130,3 +132,25 @@ def test_a_task_whose_runs_span_tags_gets_one_figure_of_all_its_curves(tmp_path)
     write_curve(write_record(tmp_path / "runs", "listops", "linear", 0, 0.3, tag="quick"), [0.2, 0.3])
     assert results_main([str(tmp_path / "runs"), "--out", str(tmp_path / "tables")]) == 0
     assert (tmp_path / "tables/lra_listops_curves_by_tag.png").stat().st_size > 0
+
+
+def test_unfinished_runs_are_drawn_fainter_and_say_so_failed_ones_are_not_drawn(tmp_path, monkeypatch):
+    root = tmp_path / "runs"
+    write_curve(write_record(root, "listops", "linear", 0, 0.36, tag="default"), [0.17, 0.36])
+    write_curve(write_record(root, "listops", "linear", 1, tag="default", status="interrupted"), [0.17, 0.18])
+    write_curve(write_record(root, "listops", "linear", 2, tag="default", status="failed"), [0.17])
+    write_curve(write_record(root, "listops", "softmax", 0, 0.30, tag="study_port"), [0.2, 0.3])
+    long = collect([root])[0]
+    figures, close = [], plt.close
+    monkeypatch.setattr(curves, "save_figure", lambda fig, path, **kwargs: figures.append(fig))
+    monkeypatch.setattr(plt, "close", lambda fig=None: None)
+    assert curves.plot_learning_curves(long[long["tag"] == "default"], tmp_path / "default.png")
+    assert curves.plot_curves_across_tags(long, "listops", tmp_path / "by_tag.png")
+    drawn = [{line.get_label(): line.get_alpha() for line in fig.axes[0].get_lines() if "seed" in line.get_label()}
+             for fig in figures]
+    faint = curves.UNFINISHED_ALPHA
+    assert drawn[0] == {"linear (seed 0)": 1.0, "linear (seed 1, unfinished)": faint}
+    assert drawn[1] == {"linear · default (seed 0)": 1.0, "linear · default (seed 1, unfinished)": faint,
+                        "softmax · study_port (seed 0)": 1.0}
+    for fig in figures:
+        close(fig)
