@@ -59,6 +59,11 @@ def _libc() -> ctypes.CDLL | None:
     return libc
 
 
+def _glibc_malloc() -> ctypes.CDLL | None:
+    """The C library when glibc serves this process's ``malloc`` (its settings then mean something), else None."""
+    return _libc() if malloc_name() == "glibc" else None
+
+
 def reuse_freed_memory() -> bool:
     """Make glibc keep freed memory for reuse (no mmap/trim), as CUDA's caching allocator does.
 
@@ -68,7 +73,7 @@ def reuse_freed_memory() -> bool:
     :class:`ReleaseFreedMemory` hands back every few steps. Returns False where glibc does not serve ``malloc``
     (the setting is then a no-op).
     """
-    libc = _libc() if malloc_name() == "glibc" else None
+    libc = _glibc_malloc()
     try:
         mmap_threshold, trim_threshold = -3, -1  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD (malloc.h)
         return bool(libc.mallopt(mmap_threshold, 2**30) and libc.mallopt(trim_threshold, 2**31 - 1))
@@ -84,7 +89,7 @@ def release_freed_memory() -> bool:
     of a 24 GiB machine; ``malloc_trim(0)`` on the live 10.9 GB process left 1.0 GB. False where glibc does not
     serve ``malloc``.
     """
-    libc = _libc() if malloc_name() == "glibc" else None
+    libc = _glibc_malloc()
     try:
         return bool(libc.malloc_trim(0))
     except AttributeError:

@@ -98,7 +98,7 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path, progress: Progress | None =
     if malloc_name() == "glibc" and not torch.cuda.is_available():
         log.info("malloc: glibc, which slows a long CPU run as its heap fragments (~20%% after an hour); for long runs "
                  "preload jemalloc: LD_PRELOAD=<path of libjemalloc.so.2> MALLOC_CONF=%s python run.py ... "
-                 "(docs/benchmarks.md, \"malloc\")", JEMALLOC_CONF)
+                 "(docs/benchmarks.md, \"Allocator over a long run\")", JEMALLOC_CONF)
     ckpt_dir = run_dir / "checkpoints"
     resume = ckpt_dir / "last.ckpt"
     resume = resume if resume.exists() and not cfg["trainer"].get("fast_dev_run") else None

@@ -28,11 +28,12 @@ def drawn_runs(long: pd.DataFrame) -> pd.DataFrame:
     return long[long["status"].isin(RAN)].drop_duplicates("path")
 
 
-def run_line(run, label: str) -> tuple[str, float]:
-    """The legend label and alpha of `run`'s curve: an unfinished run (status interrupted) fainter and marked."""
+def run_line(run, name: str) -> tuple[str, float]:
+    """The legend label (``<name> (seed <s>)``) and alpha of `run`'s curve: an unfinished run (status interrupted)
+    fainter, and its label says so."""
     if getattr(run, "status", "completed") == "completed":
-        return label, 1.0
-    return f"{label}, unfinished", UNFINISHED_ALPHA
+        return plain(f"{name} (seed {run.seed})"), 1.0
+    return plain(f"{name} (seed {run.seed}, unfinished)"), UNFINISHED_ALPHA
 
 
 def empty_curve() -> pd.DataFrame:
@@ -86,11 +87,11 @@ def curves_figure(curves: list[tuple[object, pd.DataFrame]]):
         for run, curve in shown:
             colour, marker = attention_style(run.attention)
             nth = seen[str(run.attention)] = seen.get(str(run.attention), -1) + 1
-            label, alpha = run_line(run, f"{run.attention} (seed {run.seed}")
+            label, alpha = run_line(run, str(run.attention))
             ax.plot(curve["step"], 100 * curve["val_acc"], color=colour, marker=marker,
                     markevery=max(1, len(curve) // 8), markersize=4, markeredgecolor=EDGE, markeredgewidth=0.4,
                     linewidth=1.2, linestyle=LINE_STYLES[nth % len(LINE_STYLES)], alpha=alpha,
-                    label=plain(label + ")"))
+                    label=label)
         ax.set(title=plain(task), xlabel="training step", ylabel="validation accuracy (%)")
         ax.grid(True, alpha=0.3)
         if len(shown) > 6:  # many runs: the legend beside the panel, never over the curves
@@ -134,9 +135,9 @@ def plot_curves_across_tags(long: pd.DataFrame, task: str, path: Path, threshold
     for run, curve in curves:
         group = (run.attention, run.tag)
         nth = seen[group] = seen.get(group, -1) + 1
-        label, alpha = run_line(run, f"{run.attention} · {run.tag} (seed {run.seed}")
+        label, alpha = run_line(run, f"{run.attention} · {run.tag}")
         ax.plot(curve["step"], 100 * curve["val_acc"], color=palette(groups.index(group) % palette.N),
-                linestyle=LINE_STYLES[nth % len(LINE_STYLES)], linewidth=1.2, alpha=alpha, label=plain(label + ")"))
+                linestyle=LINE_STYLES[nth % len(LINE_STYLES)], linewidth=1.2, alpha=alpha, label=label)
     if threshold is not None:
         ax.axhline(100 * threshold, color="k", linestyle="--", linewidth=0.8, label=f"escape ({100 * threshold:.0f}%)")
     ax.set(title=plain(f"{task}: validation accuracy of every run, by tag"), xlabel="training step",
