@@ -21,6 +21,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 RECORD_NAME = "result.json"
 ANALYSIS_KIND = "analysis"  # ``kind`` of an analysis record; a training run's record has no ``kind``
 DEFAULT_TAG = "default"  # ``tag`` of a run of no experiment (conf/config.yaml)
+INTERRUPTED = "interrupted"  # ``status`` of a run stopped with its last.ckpt saved: rerunning it resumes it
 
 
 class RunIdentity(TypedDict):

@@ -29,7 +29,7 @@ from .disk import disk_full, full_disk_error
 from .errors import Diverged, UserError
 from .lock import run_folder_lock
 from .loggers import ResumableCSVLogger
-from .record import RECORD_NAME, new_record, now, write_json_atomic
+from .record import INTERRUPTED, RECORD_NAME, new_record, now, write_json_atomic
 from .same_run import changes_from, refuse_other_run
 from .settings import complete
 from .subnormals import flush_subnormals
@@ -203,7 +203,7 @@ def train_and_record(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         record["status"], record["error"] = "diverged", str(err)
         raise
     except SIGTERMException as err:
-        record["status"] = "interrupted"
+        record["status"] = INTERRUPTED
         by = "Ctrl-C" if stop_signal(err) == signal.SIGINT else "SIGTERM/SIGUSR1"
         record["error"] = f"stopped by {by}; last.ckpt saved: rerun the same command to resume"
         raise
@@ -212,7 +212,7 @@ def train_and_record(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
             record["error"] = f"SystemExit: {err}\n{traceback.format_exc()}"
             raise
         # a second Ctrl-C (Lightning turns it into exit 1), or Ctrl-C outside training
-        record["status"] = "interrupted"
+        record["status"] = INTERRUPTED
         record["error"] = "stopped at once by Ctrl-C: rerun the same command to resume from the last validation"
         raise KeyboardInterrupt from None
     except BaseException as err:

@@ -22,16 +22,13 @@ import sys
 from pathlib import Path
 
 from lra.atomic import read_regular, write_atomic
-from lra.record import completed_record
+from lra.record import INTERRUPTED, completed_record
 from lra.run_files import COMMITTED_RUNS, METRICS_NAMES, archive_path
 
 
 def metrics_file(run_dir: Path) -> Path | None:
     """The run's `metrics.csv` (as `results.curves` finds it), a link or FIFO there included; None when absent."""
     return next((run_dir / name for name in METRICS_NAMES if os.path.lexists(run_dir / name)), None)
-
-
-UNFINISHED = "interrupted"  # the status of a run stopped with its last.ckpt saved (`lra.train`)
 
 
 def archive(run_dir: Path, dest_root: Path = COMMITTED_RUNS, *, unfinished: bool = False) -> Path:
@@ -43,13 +40,13 @@ def archive(run_dir: Path, dest_root: Path = COMMITTED_RUNS, *, unfinished: bool
                          f"SIGTERM (it saves last.ckpt and records status 'interrupted'), then archive it")
     record_bytes = read_regular(record_file)
     record = json.loads(record_bytes)
-    allowed = ("completed", UNFINISHED) if unfinished else ("completed",)
+    allowed = ("completed", INTERRUPTED) if unfinished else ("completed",)
     if not isinstance(record, dict) or record.get("status") not in allowed:
         status = record.get("status") if isinstance(record, dict) else None
         hint = " and, with --unfinished, interrupted ones" if unfinished else ""
         raise ValueError(f"{record_file}: status {status!r}; only completed runs{hint} are archived")
     dest = archive_path(run_dir, record, dest_root)
-    if record["status"] == UNFINISHED and completed_record(dest) is not None:
+    if record["status"] == INTERRUPTED and completed_record(dest) is not None:
         raise ValueError(f"{dest} holds this run's completed record; an unfinished one does not replace it")
     metrics = metrics_file(run_dir)
     files = {"result.json": record_bytes, **({"metrics.csv": read_regular(metrics)} if metrics else {})}

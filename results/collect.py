@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from lra.config import CONF_DIR
-from lra.record import ANALYSIS_KIND, RECORD_NAME, REQUIRED_FIELDS, AnalysisRecord, RunRecord
+from lra.record import ANALYSIS_KIND, INTERRUPTED, RECORD_NAME, REQUIRED_FIELDS, AnalysisRecord, RunRecord
 from lra.record_compat import recorded_experiment
 from lra.run_files import COMMITTED_RUNS
 from results.machines import machine_summary
@@ -208,7 +208,7 @@ def run_label(run: dict) -> str:
 def whole_run_time(record: RunRecord) -> float | None:
     """``wall_time_s``, except for an interrupted record from before such records kept the time of their earlier
     segments (no ``earlier_segments_s``): it timed its last segment only."""
-    timed_whole = record.get("status") != "interrupted" or "earlier_segments_s" in record
+    timed_whole = record.get("status") != INTERRUPTED or "earlier_segments_s" in record
     return record.get("wall_time_s") if timed_whole else None
 
 
@@ -226,7 +226,7 @@ def parse_run(path: Path, record: RunRecord) -> tuple[dict, list[Problem]]:
     run["metrics"], complaints = clean_metrics(record.get("metrics") or {})
     label, tag, where = run_label(run), run["tag"], run["path"]
     problems = [Problem(where, "bad value", text, tag, label) for text in complaints]
-    if run["status"] == "interrupted":
+    if run["status"] == INTERRUPTED:
         problems.append(Problem(where, "unfinished", "stopped before its last step (status interrupted); rerunning "
                                 "its command resumes it from last.ckpt", tag, label))
     elif run["status"] != "completed":

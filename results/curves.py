@@ -13,13 +13,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from lra.atomic import save_figure  # noqa: E402
+from lra.record import INTERRUPTED  # noqa: E402
 from lra.run_files import metrics_path  # noqa: E402
 from results.collect import first_line  # noqa: E402
 from results.plot_style import EDGE, attention_style, plain  # noqa: E402
 from results.safe_read import CSV_LIMIT, UnsafeFile, read_limited  # noqa: E402
 
 LINE_STYLES = ("-", "--", ":", "-.")  # the 1st, 2nd, ... seed of an attention in one panel
-RAN = ("completed", "interrupted")  # statuses of runs with a curve (interrupted: unfinished so far)
+RAN = ("completed", INTERRUPTED)  # statuses of runs with a curve (interrupted: unfinished so far)
 UNFINISHED_ALPHA = 0.45  # an unfinished run's curve is drawn fainter, and its label says so
 
 

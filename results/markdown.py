@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from lra.record import DEFAULT_TAG
+from lra.record import DEFAULT_TAG, INTERRUPTED
 from results.collect import CLASSIC_TASKS, UNTAGGED, Problem
 from results.curves import RAN
 from results.escapes import ESCAPE_AT, escape_steps
@@ -144,7 +144,7 @@ def runs_table(long: pd.DataFrame, rules: pd.DataFrame | None = None) -> str:
     per rule of `rules` (`results.rules.read_rules`' columns) with its test and validation accuracy, so that a
     run's val acc reads against the rule's on the same split."""
     done = long[long["status"] == "completed"]
-    unfinished = long[long["status"] == "interrupted"].drop_duplicates("path")
+    unfinished = long[long["status"] == INTERRUPTED].drop_duplicates("path")
     values = done.pivot_table(index="path", columns="metric", values="value", aggfunc="first")
     progress = escape_steps(long, RAN).set_index("path")
     with_escape = pd.concat([done["task"], unfinished["task"]]).isin(list(ESCAPE_AT)).any()
@@ -152,7 +152,7 @@ def runs_table(long: pd.DataFrame, rules: pd.DataFrame | None = None) -> str:
     order = ["attention", "task", "seed"]
     for run in pd.concat([done.drop_duplicates("path").sort_values(order, kind="stable"),
                           unfinished.sort_values(order, kind="stable")]).itertuples():
-        stopped = run.status == "interrupted"
+        stopped = run.status == INTERRUPTED
         metric = values.loc[run.path] if run.path in values.index else pd.Series(dtype="float64")
         best_val = progress.loc[run.path, "best_val"] if stopped and run.path in progress.index else math.nan
         last = progress.loc[run.path, "last_step"] if stopped and run.path in progress.index else None
