@@ -156,7 +156,7 @@ def runs_table(long: pd.DataFrame, rules: pd.DataFrame | None = None) -> str:
         metric = values.loc[run.path] if run.path in values.index else pd.Series(dtype="float64")
         best_val = progress.loc[run.path, "best_val"] if stopped and run.path in progress.index else math.nan
         last = progress.loc[run.path, "last_step"] if stopped and run.path in progress.index else None
-        test = (f"unfinished (step {last:,})" if last is not None else "unfinished") if stopped else \
+        test = (f"unfinished (validated to step {last:,})" if last is not None else "unfinished") if stopped else \
             format_cell(100 * metric.get("test_acc", math.nan))
         escape = [escape_cell(progress, run.path, stopped)] if with_escape else []
         rows.append([md_text(run.attention), md_text(run.task), md_text(run.seed), test,

@@ -94,7 +94,8 @@ def test_tables_list_an_unfinished_run_with_its_curve_so_far_and_never_average_i
     markdown = (tmp_path / "tables" / "lra.md").read_text()
     row = next(line for line in markdown.splitlines() if line.startswith("| llops ") and "unfinished" in line)
     cells = [cell.strip() for cell in row.strip("|").split("|")]
-    assert cells[3:7] == ["unfinished (step 100)", "18.50", "not by 100", wall]  # best val so far; no escape yet;
+    # how far it validated, its best val so far, no escape yet, and
+    assert cells[3:7] == ["unfinished (validated to step 100)", "18.50", "not by 100", wall]
     # the wall time only where the record kept its earlier segments' time (records before that timed the last one)
     assert "- unfinished: " in markdown and "rerunning its command resumes it from last.ckpt" in markdown
     assert pd.read_csv(tmp_path / "tables" / "lra.csv").empty or \
