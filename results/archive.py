@@ -37,7 +37,7 @@ def archive(run_dir: Path, dest_root: Path = COMMITTED_RUNS, *, unfinished: bool
     record_file = run_dir / "result.json"
     if unfinished and not os.path.lexists(record_file):
         raise ValueError(f"{record_file} is missing: a run still training writes it when it stops; stop it with "
-                         f"SIGTERM (it saves last.ckpt and records status 'interrupted'), then archive it")
+                         f"SIGTERM (it saves last.ckpt and records status {INTERRUPTED!r}), then archive it")
     record_bytes = read_regular(record_file)
     record = json.loads(record_bytes)
     allowed = ("completed", INTERRUPTED) if unfinished else ("completed",)
