@@ -65,3 +65,21 @@ def test_run_py_refuses_the_old_spelling_before_composing(tmp_path):
     done = run_py("experiment=lra_original/image", cwd=tmp_path)
     assert done.returncode == 2 and "experiment=lra_original task=image" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def _sky_table() -> dict[str, list[str]]:
+    """docs/protocol.md's SKY schedule table (section 5): task -> [batch, lr, warm-up, steps, eval]."""
+    text = (CONF.parent / "docs" / "protocol.md").read_text()
+    table = text.split("**SKY** (src/config.py", 1)[1].split("\n\n", 2)[1]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()[2:]]
+    return {row[0]: row[1:] for row in rows}
+
+
+@pytest.mark.parametrize("task", ["listops", "text", "retrieval", "image", "pathfinder"])
+def test_skyformer_port_runs_each_task_on_the_schedule_docs_protocol_gives(task):
+    batch, lr, warmup, steps, every = _sky_table()[task]
+    optim = (cfg := compose_config(["experiment=skyformer_port", f"task={task}"]))["task"]["optim"]
+    assert cfg["task"]["batch_size"] == int(batch.split()[0]) and optim["lr"] == float(lr)
+    assert optim["warmup_steps"] == int(warmup) and cfg["task"]["max_steps"] == int(steps.rstrip("k")) * 1000
+    assert cfg["task"]["eval_every"] == int(every.split("/")[0]) and optim["schedule"] == "onecycle"
+    assert cfg["task"]["batch_size"] % cfg["task"]["micro_batches"] == 0
