@@ -121,6 +121,15 @@ def subnormals_table(frame: pd.DataFrame) -> str:
     return markdown_table(["model", "kept (s)", "flushed (s)", "kept / flushed"], rows)
 
 
+def allocator_table(frame: pd.DataFrame) -> str:
+    """``benchmarks.allocator``: a training step's CPU time, page faults and peak resident memory per allocator."""
+    ratio = frame["ratio_to_default"] if "ratio_to_default" in frame else pd.Series(float("nan"), frame.index)
+    rows = [[r.setting, r.thp_mode, _num(r.step_cpu_s, 3), _num(r.mean_step_cpu_s, 3), _num(r.faults_mib_per_step),
+             _num(r.peak_mib, 0), "" if pd.isna(x) else f"{x:.2f}x"] for r, x in zip(frame.itertuples(), ratio)]
+    return markdown_table(["setting", "huge pages", "step CPU, median (s)", "step CPU, mean (s)",
+                           "page faults a step (MiB)", "peak resident (MiB)", "mean step / default"], rows)
+
+
 def port_table(frame: pd.DataFrame) -> str:
     """``benchmarks.port_step``: CPU seconds of one training step, ours beside the PyTorch port's."""
     rows = [[r.mechanism, r.ours if pd.isna(r.our_options) else f"{r.ours}: {r.our_options}",
@@ -175,6 +184,8 @@ SECTIONS: list[tuple[str, str, Callable[[pd.DataFrame], str]]] = [
      processes_table),
     ("threads_idle.csv", "Quick job on an idle machine, three runs a case (`--loads idle --repeats 3`)", threads_table),
     ("subnormals.csv", "A trained model's training step with subnormal floats kept and flushed", subnormals_table),
+    ("allocator.csv", "A training step under each allocator (llops, full-protocol batches, one thread)",
+     allocator_table),
 ]
 
 

@@ -92,3 +92,23 @@ def test_thread_scaling_section_gives_medians_and_the_median_paired_speed_up(tmp
     text = (tmp_path / "tables.md").read_text()
     assert cells(text, "matmul") == [["matmul", "3.95", "2.10", "1.88x"]]  # ratios 1.82 and 1.95
     assert cells(text, "copy") == [["copy", "0.55", "0.43", "1.29x"]]  # ratios 1.25 and 1.33
+
+
+def test_every_committed_benchmark_csv_has_a_section():
+    rendered = {name for name, _, _ in bench_tables.SECTIONS}
+    assert {p.name for p in bench_tables.BENCH_DIR.glob("*.csv")} <= rendered
+
+
+@pytest.mark.parametrize("with_default", [True, False])
+def test_allocator_section_gives_each_setting_and_its_ratio_to_the_default(tmp_path, with_default):
+    rows = [{"setting": "jemalloc", "thp_mode": "madvise", "step_cpu_s": 1.1, "mean_step_cpu_s": 1.2,
+             "faults_mib_per_step": 0.7, "peak_mib": 1143.5}]
+    if with_default:
+        rows = [{"setting": "default", "thp_mode": "madvise", "step_cpu_s": 1.0, "mean_step_cpu_s": 1.0,
+                 "faults_mib_per_step": 40.2, "peak_mib": 2348.0}] + rows
+        for row in rows:
+            row["ratio_to_default"] = row["mean_step_cpu_s"] / 1.0
+    pd.DataFrame(rows).to_csv(tmp_path / "allocator.csv", index=False)
+    assert bench_tables.main(["--bench", str(tmp_path)]) == 0
+    (jemalloc,) = cells((tmp_path / "tables.md").read_text(), "jemalloc")
+    assert jemalloc == ["jemalloc", "madvise", "1.100", "1.200", "0.7", "1,144", "1.20x" if with_default else ""]
