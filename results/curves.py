@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import sys
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -11,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 from lra.atomic import save_figure  # noqa: E402
 from lra.record import INTERRUPTED  # noqa: E402
@@ -19,7 +21,7 @@ from results.collect import first_line  # noqa: E402
 from results.plot_style import EDGE, attention_style, plain  # noqa: E402
 from results.safe_read import CSV_LIMIT, UnsafeFile, read_limited  # noqa: E402
 
-LINE_STYLES = ("-", "--", ":", "-.")  # the 1st, 2nd, ... seed of an attention in one panel
+LINE_STYLES = ("-", "--", ":", "-.")  # seeds: the nth of an attention in a panel; across tags, seed number mod 4
 RAN = ("completed", INTERRUPTED)  # statuses of runs with a curve (interrupted: unfinished so far)
 UNFINISHED_ALPHA = 0.45  # an unfinished run's curve is drawn fainter, and its label says so
 
@@ -119,32 +121,56 @@ def plot_learning_curves(long: pd.DataFrame, path: Path) -> bool:
     return True
 
 
+def across_tags_legend(curves: list[tuple[object, pd.DataFrame]]) -> list[Line2D]:
+    """The figure's one legend: each attention's colour, each seed's line style, and the fainter unfinished runs."""
+    attentions = sorted({str(run.attention) for run, _ in curves})
+    seeds = sorted({int(run.seed) for run, _ in curves})
+    handles = [Line2D([], [], color=attention_style(name)[0], label=plain(name)) for name in attentions]
+    handles += [Line2D([], [], color="grey", linestyle=LINE_STYLES[seed % len(LINE_STYLES)], label=f"seed {seed}")
+                for seed in seeds]
+    if any(run.status != "completed" for run, _ in curves):
+        handles.append(Line2D([], [], color="grey", alpha=UNFINISHED_ALPHA, label="unfinished"))
+    return handles
+
+
 def plot_curves_across_tags(long: pd.DataFrame, task: str, path: Path, threshold: float | None = None) -> bool:
-    """Validation accuracy (%) against step of every completed or unfinished `task` run in `long`, all tags in one
-    panel (a study compares settings that are tags of their own), one colour per (attention, tag), seeds by line
-    style; a dashed line at `threshold` (a fraction). Returns False (and writes nothing) when fewer than two tags
-    have curves."""
+    """Validation accuracy (%) against step of every completed or unfinished `task` run in `long`: one panel per tag
+    (a study compares settings that are tags of their own), on shared axes, each attention in its colour
+    (`results.plot_style`), seeds by line style, a dashed line at `threshold` (a fraction). Returns False (and
+    writes nothing) when fewer than two tags have curves."""
     curves = [(run, readable_curve(run.path)) for run in drawn_runs(long[long["task"] == task]).itertuples()]
     curves = [(run, c) for run, c in curves if not c.empty]
     curves.sort(key=lambda rc: (rc[0].tag, rc[0].attention, rc[0].seed))
-    if len({run.tag for run, _ in curves}) < 2:
+    tags = list(dict.fromkeys(run.tag for run, _ in curves))
+    if len(tags) < 2:
         return False
-    groups = list(dict.fromkeys((run.attention, run.tag) for run, _ in curves))
-    palette = plt.get_cmap("tab20" if len(groups) > 10 else "tab10")
-    fig, ax = plt.subplots(figsize=(9, 4.8))
-    seen: dict[tuple, int] = {}
-    for run, curve in curves:
-        group = (run.attention, run.tag)
-        nth = seen[group] = seen.get(group, -1) + 1
-        label, alpha = run_line(run, f"{run.attention} · {run.tag}")
-        ax.plot(curve["step"], 100 * curve["val_acc"], color=palette(groups.index(group) % palette.N),
-                linestyle=LINE_STYLES[nth % len(LINE_STYLES)], linewidth=1.2, alpha=alpha, label=label)
-    if threshold is not None:
-        ax.axhline(100 * threshold, color="k", linestyle="--", linewidth=0.8, label=f"escape ({100 * threshold:.0f}%)")
-    ax.set(title=plain(f"{task}: validation accuracy of every run, by tag"), xlabel="training step",
-           ylabel="validation accuracy (%)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
+    ncols = min(4, len(tags))
+    nrows = -(-len(tags) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.4 * ncols, 3.3 * nrows), sharex=True, sharey=True,
+                             squeeze=False)
+    for ax, tag in zip(axes.flat, tags):
+        for run, curve in ((run, c) for run, c in curves if run.tag == tag):
+            label, alpha = run_line(run, str(run.attention))
+            ax.plot(curve["step"], 100 * curve["val_acc"], color=attention_style(run.attention)[0],
+                    linestyle=LINE_STYLES[int(run.seed) % len(LINE_STYLES)], linewidth=1.2, alpha=alpha, label=label)
+        if threshold is not None:
+            ax.axhline(100 * threshold, color="k", linestyle="--", linewidth=0.7)
+        ax.set_title(plain(textwrap.fill(str(tag), 42)), fontsize=8)
+        ax.grid(True, alpha=0.3)
+    for ax in axes.flat[len(tags):]:
+        ax.set_visible(False)
+    for column in range(ncols):  # the lowest panel of each column carries the step axis
+        lowest = axes[(len(tags) - 1 - column) // ncols, column]
+        lowest.xaxis.set_tick_params(labelbottom=True)
+        lowest.set_xlabel("training step")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("validation accuracy (%)")
+    escape = "" if threshold is None else f"; dashed: escape at {100 * threshold:.0f}%"
+    fig.suptitle(plain(f"{task}: validation accuracy of every run, one panel per tag{escape}"), fontsize=10)
+    handles = across_tags_legend(curves)
+    fig.legend(handles=handles, loc="lower center", ncol=min(12, len(handles)), fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     save_figure(fig, path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return True

@@ -13,6 +13,7 @@ from results.__main__ import main as results_main
 from results.collect import collect
 from results.escapes import escape_step, escape_steps
 from results.markdown import to_markdown
+from results.plot_style import attention_style
 from results.rules import main as rules_main
 from results.rules import read_rules
 from results.summary import load_reference, rules_of_sections, summarize
@@ -146,11 +147,31 @@ def test_unfinished_runs_are_drawn_fainter_and_say_so_failed_ones_are_not_drawn(
     monkeypatch.setattr(plt, "close", lambda fig=None: None)
     assert curves.plot_learning_curves(long[long["tag"] == "default"], tmp_path / "default.png")
     assert curves.plot_curves_across_tags(long, "listops", tmp_path / "by_tag.png")
-    drawn = [{line.get_label(): line.get_alpha() for line in fig.axes[0].get_lines() if "seed" in line.get_label()}
-             for fig in figures]
+    drawn = [{(ax.get_title(), line.get_label()): line.get_alpha() for ax in fig.axes if ax.get_visible()
+              for line in ax.get_lines() if "seed" in line.get_label()} for fig in figures]
     faint = curves.UNFINISHED_ALPHA
-    assert drawn[0] == {"linear (seed 0)": 1.0, "linear (seed 1, unfinished)": faint}
-    assert drawn[1] == {"linear · default (seed 0)": 1.0, "linear · default (seed 1, unfinished)": faint,
-                        "softmax · study_port (seed 0)": 1.0}
+    assert drawn[0] == {("listops", "linear (seed 0)"): 1.0, ("listops", "linear (seed 1, unfinished)"): faint}
+    assert drawn[1] == {("default", "linear (seed 0)"): 1.0, ("default", "linear (seed 1, unfinished)"): faint,
+                        ("study_port", "softmax (seed 0)"): 1.0}  # one panel per tag
     for fig in figures:
         close(fig)
+
+
+def test_the_figure_across_tags_has_one_panel_per_tag_in_attention_colours(tmp_path, monkeypatch):
+    root = tmp_path / "runs"
+    tags = ["default", "study_init", "study_lr", "study_port", "study_port_lr"]
+    for tag in tags:
+        for attention in ("linear", "softmax"):
+            write_curve(write_record(root, "listops", attention, 0, 0.3, tag=tag), [0.17, 0.3])
+    figures = []
+    monkeypatch.setattr(curves, "save_figure", lambda fig, path, **kwargs: figures.append(fig))
+    assert curves.plot_curves_across_tags(collect([root])[0], "listops", tmp_path / "by_tag.png", threshold=0.3)
+    (fig,) = figures
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in shown] == tags and len(fig.axes) == 8  # 2 rows of 4, 3 panels hidden
+    for ax in shown:
+        colours = {line.get_label(): line.get_color() for line in ax.get_lines() if "seed" in line.get_label()}
+        assert colours == {f"{a} (seed 0)": attention_style(a)[0] for a in ("linear", "softmax")}
+    assert [ax.get_xlabel() for ax in shown] == ["", "training step", "training step", "training step",
+                                                 "training step"]
+    plt.close(fig)
