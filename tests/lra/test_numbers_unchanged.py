@@ -37,6 +37,11 @@ PINNED = {
 }
 
 
+# what each split's accuracy counts: trees, queries (4 per sequence of ar), document pairs; steps of 1 / n
+EXAMPLES = {"listops/llops": {"val": 64, "test": 64}, "ar/softmax": {"val": 160, "test": 160},
+            "retrieval/softmax": {"val": 6, "test": 6}}
+
+
 @pytest.fixture(scope="module")
 def overrides(tiny_data_dir, tmp_path_factory) -> dict[str, list[str]]:
     converted = convert_all(tmp_path_factory.mktemp("sources"), tmp_path_factory.mktemp("converted"))
@@ -55,5 +60,11 @@ def test_six_steps_give_the_recorded_losses_and_metrics(name, overrides, tmp_pat
     with open(tmp_path / "csv" / "metrics.csv") as f:
         losses = [float(row["train/loss"]) for row in csv.DictReader(f) if row.get("train/loss")]
     losses_before, metrics_before = PINNED[name]
-    assert losses == pytest.approx(losses_before, rel=1e-5)
-    assert record["metrics"] == pytest.approx(metrics_before, rel=1e-5)
+    # pinned on an AMD EPYC (AVX2), passing on an Intel Xeon (AVX-512): float32 kernels differ in the last bits
+    # between CPUs, ~1e-6 after six steps; a changed computation (stream, init, masks) moves them by >1e-3
+    assert losses == pytest.approx(losses_before, rel=1e-4)
+    metrics = record["metrics"]
+    assert metrics["test_loss"] == pytest.approx(metrics_before["test_loss"], rel=1e-4)
+    assert metrics["majority_acc"] == metrics_before["majority_acc"]  # label counts: exact
+    for split in ("val", "test"):  # within one example: a near-tie may flip on another CPU
+        assert abs(metrics[f"{split}_acc"] - metrics_before[f"{split}_acc"]) <= 1 / EXAMPLES[name][split] + 1e-7
