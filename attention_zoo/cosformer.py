@@ -4,7 +4,8 @@
 the cosine splits, ``cos(a_i - a_j) = sin a_i sin a_j + cos a_i cos a_j``, so
 ``phi(x_i) = [relu(x_i) sin a_i, relu(x_i) cos a_i]`` (m = 2d) gives linear attention, O(n d^2);
 causal via prefix sums. ``i`` counts the sequence's real tokens from 1 and ``M`` is its true length
-(the number of real tokens), so padding changes neither; no 1/sqrt(d) (it cancels).
+(the number of real tokens), so padding changes neither; no 1/sqrt(d) (it cancels). Causal, as in the paper,
+``M`` is still the whole sequence's length: an output depends on how many tokens follow, not on their values.
 """
 
 from __future__ import annotations

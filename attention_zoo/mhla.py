@@ -2,7 +2,8 @@
 
 The paper's model ``Y = sum_h V_h Z (Z^T Q_h Z)`` reads, column by column, as linear attention with no
 softmax and no normalisation: ``y_j = sum_h sum_i (V_h z_i) (z_i^T Q_h z_j)``. Here each head receives
-its own projected ``q, k, v`` (query ``Q_h z``, identity key map, value ``V_h z``), so per head
+its own projected ``q, k, v`` (query ``W_q z``, key ``W_k z``, value ``V_h z``: the paper's ``Q_h`` is ``W_q^T W_k``,
+of rank at most the head width), so per head
 
     out_i = (1 / n_i) sum_j (q_i . k_j) v_j        (computed as q_i (K^T V) / n_i: O(n d^2))
 

@@ -65,22 +65,26 @@ def test_padding_invariance(name):
 
 @pytest.mark.parametrize("name", attention_zoo.available())
 def test_fast_matches_naive_oracle(name):
-    """Outputs and gradients of the fast form equal the quadratic oracle that builds the n x n weights."""
+    """Outputs and gradients of the fast form equal the quadratic oracle that builds the n x n weights: the
+    gradients of q, k, v, the extra inputs and the mechanism's own parameters (feature maps, sort nets, ...)."""
     attn = make(name)
     q, k, v, mask = inputs(40)
     more = extras(attn, q)
     grads = []
     outs = []
     upstream = torch.randn_like(v)
+    params = dict(attn.named_parameters())
     for fn in (attn.naive, attn):
+        attn.zero_grad(set_to_none=True)
         qq, kk, vv = (t.clone().requires_grad_(True) for t in (q, k, v))
         ee = {n_: t.clone().requires_grad_(True) for n_, t in more.items()}
         out = fn(qq, kk, vv, key_padding_mask=mask, **ee)
         (out * upstream * mask[:, None, :, None]).sum().backward()
         outs.append(out[mask[:, None, :].expand(B, H, -1)])
-        grads.append([t.grad for t in (qq, kk, vv, *ee.values())])
+        grads.append([t.grad for t in (qq, kk, vv, *ee.values())]
+                     + [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in params.values()])
     assert_close(outs[0], outs[1], ratio=1e-4, what=f"{name} output")
-    for g_ref, g_out, label in zip(grads[0], grads[1], ["q", "k", "v", *more]):
+    for g_ref, g_out, label in zip(grads[0], grads[1], ["q", "k", "v", *more, *params]):
         assert_close(g_ref, g_out, ratio=1e-3, what=f"{name} d{label}")
 
 
