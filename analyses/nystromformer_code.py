@@ -9,8 +9,8 @@ validation every 50 steps on 62 batches, the best-validation model tested on the
 
 Only the edits a CPU needs, listed in the run's ``port.json`` as a patch (``EDITS``):
 
-- device placement: ``.cuda()`` becomes ``.cpu()`` (its AMP, ``torch.cuda.amp``, disables itself without CUDA:
-  the run is fp32);
+- device placement: ``.cuda()`` becomes ``.cpu()``, and its device count is at least 1 (its AMP,
+  ``torch.cuda.amp``, disables itself without CUDA: the run is fp32);
 - its softmax's arithmetic by ours (:class:`OurSoftmax`, ``attention_zoo.softmax`` with the same attention dropout),
   installed by replacing the class its ``attention.py`` builds; ``--parity`` first shows, on one batch with
   dropout off, that the two give the same outputs and gradients to float precision;
@@ -56,6 +56,9 @@ PAD_TO = 2048  # LRA/datasets/listops.py: 2,000 ids + 48 zeros
 SPLITS = {"train": "train", "dev": "val", "test": "test"}  # the port's split name -> ours
 # (why, the line of run_tasks.py, what replaces it); each line occurs exactly once
 EDITS = [
+    ("device placement: one device when no GPU (its batch split divides by their count)",
+     "device_ids = list(range(torch.cuda.device_count()))",
+     "device_ids = list(range(max(torch.cuda.device_count(), 1)))"),
     ("device placement: the CPU", "model = model.cuda()", "model = model.cpu()"),
     ("device placement: the CPU", "batch[key] = batch[key].cuda()", "batch[key] = batch[key].cpu()"),
     ("resume: start after the last saved validation",
