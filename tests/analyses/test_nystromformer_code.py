@@ -14,8 +14,7 @@ import torch
 
 from analyses import nystromformer_code as runner
 from data_prep.listops import generate
-
-from .port_stand_in import RUN_TASKS, write_stand_in
+from tests.analyses.port_stand_in import RUN_TASKS, write_stand_in
 
 ROOT = Path(__file__).resolve().parents[2]
 
