@@ -155,7 +155,8 @@ class ClassificationModule(pl.LightningModule):
 
     def on_train_start(self) -> None:  # after a resume has restored the step
         machine = describe(self.device, self.trainer.world_size)
-        self.segments.append({"from_step": int(self.trainer.global_step), **machine})
+        self.segments.append({"from_step": int(self.trainer.global_step), **machine,
+                              "precision": str(self.trainer.precision), "torch": str(torch.__version__)})
 
     def fit_seconds(self) -> float:
         """Training time so far, summed over the segments of an interrupted and resumed run."""

@@ -5,16 +5,39 @@ from __future__ import annotations
 
 from typing import Any
 
+PRECISIONS = {"32-true": "fp32", "32": "fp32", "16-mixed": "fp16 mixed", "bf16-mixed": "bf16 mixed",
+              "64-true": "fp64", "bf16-true": "bf16", "16-true": "fp16"}
+
+
+def device_kind(segments: Any) -> str:
+    """``GPU (NVIDIA H200)``, ``CPU``, ``CPU, then GPU (...)`` over resumed segments, or ``unknown`` (no segments, or
+    none that names its device)."""
+    kinds: list[str] = []
+    for segment in segments if isinstance(segments, list) else []:
+        device = str(segment.get("device", "unknown")) if isinstance(segment, dict) else "unknown"
+        kind = "CPU" if device == "cpu" else "unknown" if device in ("unknown", "?") else \
+            f"GPU ({device.split(': ', 1)[-1]})" if device.startswith("cuda") else device
+        if not kinds or kinds[-1] != kind:
+            kinds.append(kind)
+    return ", then ".join(kinds) or "unknown"
+
 
 def segment_machine(segment: dict[str, Any]) -> str:
-    """``cuda: NVIDIA H200`` or ``Intel(R) Xeon(R) ..., 1 thread``; ``, subnormals flushed`` where they were
+    """``cuda: NVIDIA H200, fp32`` or ``Intel(R) Xeon(R) ..., 1 thread, fp32``; ``, subnormals flushed`` where they were
     (``lra.subnormals``); ``, jemalloc`` where glibc did not serve ``malloc`` (``lra.allocator``); `` x2 processes``
     under DDP."""
     device = str(segment.get("device", "?"))
     if device == "cpu":
         threads = segment.get("threads", "?")
         vector = f" ({segment['vector']})" if segment.get("vector") not in (None, "unknown") else ""
-        device = f"{segment.get('cpu', '?')}{vector}, {threads} thread{'' if threads == 1 else 's'}"
+        cpu = segment.get("cpu", "?")
+        cpu = "CPU of unknown model" if cpu == "unknown" else cpu
+        counted = f"{threads} thread{'' if threads == 1 else 's'}" if threads != "unknown" else "threads unknown"
+        device = f"{cpu}{vector}, {counted}"
+    elif device == "unknown":
+        device = "unknown device"
+    precision = PRECISIONS.get(str(segment.get("precision")), segment.get("precision"))
+    device += f", {precision}" if precision else ""
     processes = segment.get("processes", 1)
     device += "" if segment.get("subnormals") != "flushed" else ", subnormals flushed"
     device += "" if segment.get("malloc") in (None, "glibc", "unknown") else f", {segment['malloc']}"

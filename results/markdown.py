@@ -162,12 +162,12 @@ def runs_table(long: pd.DataFrame, rules: pd.DataFrame | None = None) -> str:
         rows.append([md_text(run.attention), md_text(run.task), md_text(run.seed), test,
                      format_cell(100 * (best_val if stopped else metric.get("val_acc", math.nan))), *escape,
                      format_hours(run.wall_time_s), "" if pd.isna(run.tokens_per_s) else f"{run.tokens_per_s:,.0f}",
-                     md_text(str(run.git_sha or "")[:7])])
+                     md_text(run.device), md_text(str(run.git_sha or "")[:7])])
     for rule in ([] if rules is None else rules.itertuples()):
         rows.append([md_text(rule.rule), md_text(rule.task), "", format_cell(100 * rule.value),
-                     format_cell(100 * rule.val), *([""] if with_escape else []), "", "", ""])
+                     format_cell(100 * rule.val), *([""] if with_escape else []), "", "", "", ""])
     header = ["attention", "task", "seed", "test acc", "val acc", *(["escape step"] if with_escape else []),
-              "wall time", "train tokens/s", "git sha"]
+              "wall time", "train tokens/s", "device", "git sha"]
     return markdown_table(header, rows)
 
 
@@ -189,9 +189,11 @@ def reading_notes(references: dict[str, pd.DataFrame]) -> str:
         f"`{AVERAGE}` = mean of the {classic} means, only when all five are present.",
         "**Bold** = the highest mean of our attentions in that column (at the shown decimals; ties all bold).",
         "`Δ (paper)` = ours − published, in accuracy points, printed only where our runs follow that table's "
-        "protocol (tag `default` = the PyTorch-port protocol beside the Nystromformer port; tag `skyformer_port` = its "
-        "50,000-step protocol beside the Skyformer port; tag `lra_original` beside the LRA paper). Tables of another "
-        "protocol (the LLoPS paper's; the Skyformer port's 50,000 steps) are shown beside `default` without a delta.",
+        "protocol (tag `study_port` = the Nystromformer port's settings beside the Nystromformer port; tag "
+        "`skyformer_port` = its 50,000-step protocol beside the Skyformer port; tag `lra_original` beside the LRA "
+        "paper). `default` differs from every published protocol (ListOps: lr 1e-3 among others), so the published "
+        "tables are shown beside it for context, without a delta. Each published number is the test accuracy of "
+        "that table's own split, checkpoint and steps (docs/protocol.md sections 6 and 9).",
         "`majority class` = accuracy of always predicting the test set's most frequent class. `root-operator rule` "
         "(ListOps) = accuracy of predicting, per root operator, the label most frequent among training trees with "
         "that root (`python -m results.rules`): a model at that level has found the root operator and nothing more.",
@@ -271,6 +273,21 @@ def mixed_versions(long: pd.DataFrame) -> list[str]:
     return lines
 
 
+def mixed_devices(long: pd.DataFrame) -> list[str]:
+    """A note for every cell whose runs trained on more than one kind of device (``results.machines.device_kind``),
+    naming the seeds of each."""
+    done = long[(long["status"] == "completed") & (long["metric"] == "test_acc")]
+    lines = []
+    for (attention, task), runs in done.groupby(["attention", "task"], sort=True):
+        kinds = runs.groupby("device", sort=True)["seed"].apply(lambda seeds: ", ".join(map(str, sorted(seeds))))
+        if len(kinds) > 1:
+            parts = "; ".join(f"{md_text(kind)}: seed{'s' if ',' in seeds else ''} {seeds}"
+                              for kind, seeds in kinds.items())
+            lines.append(f"`{md_code(attention)}` {md_text(task)} averages runs on different devices ({parts}): "
+                         "the same settings, other dropout draws and kernels.")
+    return lines
+
+
 def to_markdown(summary: pd.DataFrame, problems: list[Problem], references: dict[str, pd.DataFrame],
                 published_rows: bool = False, notes: dict[str, list[str]] | None = None,
                 long: pd.DataFrame | None = None, rules: pd.DataFrame | None = None) -> str:
@@ -286,7 +303,10 @@ def to_markdown(summary: pd.DataFrame, problems: list[Problem], references: dict
         mine = summary[summary["tag"] == tag]
         parts += [f"## tag `{md_code(tag)}`", tag_table(tag, mine, references, published_rows)]
         lines = tag_notes(tag, mine) + (notes or {}).get(tag, [])
-        lines += [] if long is None else mixed_versions(long[long["tag"] == tag])
+        lines += [f"`({label})`: {md_text(frame.attrs['notes'])}" for label, frame in references.items()
+                  if shown_beside(tag, frame) and frame.attrs.get("notes") and tag in set(mine["tag"])]
+        here = None if long is None else long[long["tag"] == tag]
+        lines += [] if here is None else mixed_versions(here) + mixed_devices(here)
         if lines:
             parts.append("\n".join(f"- {line}" for line in lines))
         if long is not None and base_tag(tag) != QUICK_TAG and (long["tag"] == tag).any():

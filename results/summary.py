@@ -24,12 +24,14 @@ REFERENCES = {  # file stem -> column label
 # file stem -> the tag of our runs that follow that table's protocol (a delta is printed only for those);
 # None: a protocol of its own (shown beside the full-protocol runs for context, never subtracted)
 PROTOCOLS = {
-    "lra_llops_table": None, "lra_paper": "lra_original", "nystromformer_port": "default",
+    # study_port: the port's four settings that run on a CPU (conf/experiment/study_port.yaml); `default` differs
+    # from the port in lr, embedding init, attention dropout, schedule and pooling (docs/protocol.md section 9)
+    "lra_llops_table": None, "lra_paper": "lra_original", "nystromformer_port": "study_port",
     "skyformer_port": "skyformer_port",  # 50,000 steps, 3 seeds: conf/experiment/skyformer_port
     "xformers_port": None,  # xFormers: pre-norm GELU, 10k ListOps steps
 }
 # tables with a protocol of their own that are also shown beside `default`, for context, without a delta
-CONTEXT_BESIDE_DEFAULT = ("skyformer_port",)
+CONTEXT_BESIDE_DEFAULT = ("nystromformer_port", "skyformer_port")
 DEFAULT_REFERENCES = ("nystromformer_port", "skyformer_port", "lra_llops_table")
 FULL_PROTOCOL_TAG = "default"
 DISPLAY_DECIMALS = 2
@@ -107,15 +109,17 @@ def summarize(long: pd.DataFrame, rules: pd.DataFrame | None = None) -> pd.DataF
 def load_reference(name: str = "lra_llops_table", index: str | None = "method") -> pd.DataFrame:
     """Published table `results/reference/<name>.csv` (indexed by `index` unless None), values as printed.
 
-    The csv's leading `#` lines (its source) are kept in `frame.attrs["source"]`, the tag whose runs follow
+    The csv's first `#` line (its source) is kept in `frame.attrs["source"]`, further `#` lines (what differs from
+    the tag that follows it) in `frame.attrs["notes"]`, the tag whose runs follow
     its protocol in `frame.attrs["protocol"]` (`PROTOCOLS`).
     """
     path = REFERENCE_DIR / f"{name}.csv"
     lines = path.read_text(encoding="utf-8").splitlines()
-    source = " ".join(line.lstrip("# ").strip() for line in lines if line.startswith("#"))
+    comments = [line.lstrip("# ").strip() for line in lines if line.startswith("#")]
     frame = pd.read_csv(path, comment="#")
     frame = frame.set_index(index) if index else frame
-    frame.attrs["source"] = source
+    frame.attrs["source"] = comments[0] if comments else ""
+    frame.attrs["notes"] = " ".join(comments[1:])  # how its protocol differs from the tag that follows it
     frame.attrs["protocol"] = PROTOCOLS.get(name)
     frame.attrs["beside_default"] = PROTOCOLS.get(name) is None or name in CONTEXT_BESIDE_DEFAULT
     return frame

@@ -80,4 +80,5 @@ def test_each_segment_names_its_first_step_and_machine(tiny_data_dir, tmp_path, 
     for segment in (first, second):
         assert segment["device"] == "cpu" and segment["processes"] == 1
         assert segment["cores"] >= 1 and segment["threads"] >= 1 and segment["cpu"]
+        assert segment["precision"] == "32-true" and segment["torch"] == torch.__version__  # every record says
     assert json.loads((tmp_path / "result.json").read_text())["segments"] == resumed["segments"]

@@ -101,10 +101,22 @@ def test_average_only_with_all_five_tasks(tmp_path):
     assert "average Δ (LLoPS paper)" not in rows["softmax"]  # its own protocol: shown, never subtracted
     assert rows["softmax"]["average (Skyformer port)"] == "57.37"  # 50,000 steps: context, no delta
     assert "average Δ (Skyformer port)" not in rows["softmax"]
-    assert rows["softmax"]["average Δ (Nystromformer port)"] == "+1.23"  # the port protocol is ours (tag default)
+    assert rows["softmax"]["average (Nystromformer port)"] == "58.77"  # default departs from it (lr 1e-3, ...)
+    assert "average Δ (Nystromformer port)" not in rows["softmax"]
     assert rows["llops"]["average"] == "" and rows["llops"]["average (LLoPS paper)"] == "67.16"
     assert cell(summary, "default", "softmax", "average_n") == 1
     assert math.isnan(cell(summary, "default", "llops", "average_mean"))
+
+
+def test_the_nystromformer_port_delta_stands_beside_study_port_with_its_remaining_differences(tmp_path):
+    write_record(tmp_path, "listops", "softmax", 0, 0.36, tag="study_port")
+    write_record(tmp_path, "listops", "softmax", 0, 0.35, tag="default")
+    summary = summarize(collect([tmp_path])[0])
+    markdown = to_markdown(summary, [], {"Nystromformer port": load_reference("nystromformer_port")})
+    port = section(markdown, "study_port")
+    assert table_cells(port)["softmax"]["listops Δ (Nystromformer port)"] == "−1.10"
+    assert "fp16 autocast" in port and "the official split against our generated one" in port
+    assert "Δ" not in section(markdown, "default").split("\n\n- ")[0]  # shown for context only
 
 
 def test_markdown_has_paper_columns_and_lists_problems(runs):

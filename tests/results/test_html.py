@@ -126,14 +126,14 @@ def test_sections_show_exactly_the_markdown_cells(site, tag, task):
 def test_published_columns_follow_the_protocol_rules(site):
     header = page_table(site, "default", "listops")["header"]
     assert header[:3] == ["attention", "test accuracy (%)", "seeds"]
-    assert {"Nystromformer port (published)", "Δ Nystromformer port", "LLoPS paper (published)"} <= set(header)
-    assert "Δ LLoPS paper" not in header  # a protocol of its own: shown beside default, never subtracted
+    assert {"Nystromformer port (published)", "LLoPS paper (published)"} <= set(header)
+    assert not [h for h in header if h.startswith("Δ")]  # default follows no published protocol: context only
     quick = page_table(site, "quick", "listops")
     assert not [h for h in quick["header"] if "published" in h or h.startswith("Δ")]
     assert [row[0] for row in quick["body"]] == ["softmax", "nystrom", "llops", "linear"]
     rows = {row[0]: dict(zip(header, row)) for row in page_table(site, "default", "listops")["body"]}
     assert rows["softmax"]["test accuracy (%)"] == "37.70 ± 0.71 (n=2, escaped 1/2)" and rows["softmax"]["seeds"] == "2"
-    assert rows["softmax"]["Δ Nystromformer port"] == "+0.60" and rows["my_attn"]["LLoPS paper (published)"] == ""
+    assert rows["softmax"]["Nystromformer port (published)"] == "37.10" and rows["my_attn"]["LLoPS paper (published)"] == ""
     assert rows["softmax"]["runs"] == "seed 0 seed 1"
 
 

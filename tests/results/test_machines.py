@@ -1,6 +1,6 @@
 """The runs' machine line: the device or the processor and threads, and where a resume moved the run."""
 
-from results.machines import machine_summary
+from results.machines import device_kind, machine_summary
 
 XEON = {"cpu": "Intel(R) Xeon(R) Platinum 8480+", "cores": 1, "threads": 1, "device": "cpu", "processes": 1}
 
@@ -40,3 +40,18 @@ def test_a_malloc_other_than_glibc_is_named_and_a_change_of_it_starts_a_part():
     assert machine_summary([glibc]) == "Intel(R) Xeon(R) Platinum 8480+, 1 thread"  # the default: as before
     assert machine_summary([glibc, jemalloc]) == ("Intel(R) Xeon(R) Platinum 8480+, 1 thread; from step 1,800: "
                                                   "Intel(R) Xeon(R) Platinum 8480+, 1 thread, jemalloc")
+
+
+def test_precision_is_named_and_a_backfilled_unknown_cpu_says_so():
+    segment = {"from_step": 0, "device": "cpu", "cpu": "unknown", "threads": "unknown", "precision": "32-true"}
+    assert machine_summary([segment]) == "CPU of unknown model, threads unknown, fp32"
+    gpu = {"from_step": 0, "device": "cuda: NVIDIA H200", "precision": "16-mixed"}
+    assert machine_summary([gpu]) == "cuda: NVIDIA H200, fp16 mixed"
+
+
+def test_the_device_kind_of_a_record():
+    cpu = {"from_step": 0, "device": "cpu", "cpu": "AMD EPYC", "threads": 1}
+    gpu = {"from_step": 900, "device": "cuda: NVIDIA H200"}
+    assert device_kind([cpu]) == "CPU" and device_kind([gpu]) == "GPU (NVIDIA H200)"
+    assert device_kind([cpu, gpu]) == "CPU, then GPU (NVIDIA H200)"
+    assert device_kind(None) == device_kind([{"device": "unknown"}]) == "unknown"
