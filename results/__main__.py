@@ -19,6 +19,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 from lra.atomic import LinkRefused, check_writable, refuse_link, write_atomic
 from results.analyses import find_analyses, write_analysis_tables
 from results.collect import collect
@@ -30,8 +32,15 @@ from results.microscope import NAME as MICROSCOPE
 from results.microscope import write_microscope_tables
 from results.plots import write_plots
 from results.protocol import protocol_notes, shared_protocols
-from results.rules import read_rules
-from results.summary import DEFAULT_REFERENCES, REFERENCES, add_published, load_reference, summarize
+from results.rules import read_rules, split_spread_note
+from results.summary import (
+    DEFAULT_REFERENCES,
+    REFERENCES,
+    add_published,
+    load_reference,
+    rules_of_sections,
+    summarize,
+)
 
 COMMITTED_ROOT, COMMITTED_OUT = "results/runs", "results/tables"
 USER_ROOTS, USER_OUT = (COMMITTED_ROOT, "outputs"), "outputs/tables"
@@ -73,6 +82,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def split_notes(found: tuple[Path, dict] | None, rules: pd.DataFrame, long: pd.DataFrame) -> dict[str, str]:
+    """{tag: the split-spread note} for each ListOps section whose rule was scored on the test split the
+    ``listops_splits`` record measured (same SHA-256)."""
+    if found is None or rules.empty:
+        return {}
+    test = ((found[1].get("config") or {}).get("data") or {}).get("test")
+    note = split_spread_note(found[1])
+    ran = {(tag, task) for tag, task in zip(long["tag"], long["task"]) if task == "listops"}
+    shown = rules_of_sections(rules, ran)
+    return {tag: note for tag, data in zip(shown["tag"], shown["test_data"]) if note and test and data == test}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Collect, summarize, write the tables and plots and print the markdown; always exits 0 unless I/O fails."""
     args = parse_args(argv)
@@ -83,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for root in [r for r in args.roots if not Path(r).exists()]:
         print(f"warning: {root} does not exist", file=sys.stderr)
-    for name, (path, record) in find_analyses(args.roots).items():
+    analyses = find_analyses(args.roots)
+    for name, (path, record) in analyses.items():
         if name == MICROSCOPE:  # its own page: two parts and figures
             written = write_microscope_tables(record, args.out, path)
         else:
@@ -111,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     shared = shared_protocol_notes(shared_protocols(long), summary)
     for tag, lines in shared.items():
         notes.setdefault(tag, []).extend(lines)
+    for tag, line in split_notes(analyses.get("listops_splits"), rules, long).items():
+        notes.setdefault(tag, []).append(line)
     markdown = to_markdown(summary, problems, references, args.published_rows, notes, long, rules)
     out = Path(args.out)
     write_atomic(out / "runs.csv", long.to_csv(index=False))

@@ -72,8 +72,8 @@ def data_dir_for(tag: str, task: str, data_dir: str | None) -> Path:
 
 def read_rules(roots) -> pd.DataFrame:
     """Every rule record under `<root>/rules/*/*.json`, first root first: tag, task, rule (the row's label), value
-    (test accuracy, a fraction) and val (validation accuracy; NaN in records from before it); a later record of the
-    same (tag, task) is left out."""
+    (test accuracy, a fraction), val (validation accuracy; NaN in records from before it) and test_data (the test
+    split's SHA-256, or None); a later record of the same (tag, task) is left out."""
     rows, seen = [], set()
     for root in roots:
         for path in sorted(Path(root).glob("rules/*/*.json")):
@@ -92,8 +92,10 @@ def read_rules(roots) -> pd.DataFrame:
                 continue
             if key not in seen:
                 seen.add(key)
-                rows.append({"tag": key[0], "task": key[1], "rule": label, "value": value, "val": val})
-    return pd.DataFrame(rows, columns=["tag", "task", "rule", "value", "val"])
+                test_data = (record.get("data") or {}).get("test") if isinstance(record.get("data"), dict) else None
+                rows.append({"tag": key[0], "task": key[1], "rule": label, "value": value, "val": val,
+                             "test_data": test_data})
+    return pd.DataFrame(rows, columns=["tag", "task", "rule", "value", "val", "test_data"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,3 +126,22 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def split_spread_note(record: dict) -> str | None:
+    """The note under a ListOps table from an ``analyses.listops_splits`` record: how far a fresh test split moves
+    the root-operator rule and its ceiling, and where the section's own split falls; None for a malformed one."""
+    try:
+        by = {str(row["statistic"]): row for row in record["rows"]}
+        rule, ceiling, ours = by["mean"]["rule"], by["mean"]["ceiling"], by["ours"]
+        text = (f"Split spread (`python -m analyses.listops_splits`, `listops_splits.md`): over "
+                f"{int(record['config']['splits'])} fresh test splits of {int(record['config']['split_size']):,} trees "
+                f"drawn by the same generator rules, the root-operator rule scores {rule:.2f} ± {by['std']['rule']:.2f}"
+                f" (5th-95th percentile {by['p5']['rule']:.2f}-{by['p95']['rule']:.2f}) and its ceiling "
+                f"{ceiling:.2f} ± {by['std']['ceiling']:.2f}; this table's test split gives the rule "
+                f"{ours['rule']:.2f} (percentile {by['ours: percentile']['rule']:.0f}) and the ceiling "
+                f"{ours['ceiling']:.2f}. A number on another split (a port's, on the official one) can differ from "
+                f"ours by this much with no difference in training.")
+    except (KeyError, TypeError, ValueError):
+        return None
+    return text
