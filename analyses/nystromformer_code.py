@@ -241,8 +241,9 @@ def start_record(args, port: Path, out: Path, diff: str) -> dict:
                                  f"{facts[key]!r:.80}); resume it with the same port and data, or use another --out")
         return old
     from lra.machine import cpu_model, read_cpuinfo
+    from lra.record import PROJECT_ROOT, git_sha
 
-    facts.update(started_at=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()), threads=args.threads,
+    facts.update(git_sha=git_sha(PROJECT_ROOT), started_at=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()), threads=args.threads,
                  device=cpu_model(read_cpuinfo()), precision="fp32", torch=torch.__version__,
                  allocator=_allocator())
     write_atomic(path, json.dumps(facts, indent=1) + "\n")

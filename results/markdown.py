@@ -12,7 +12,16 @@ from results.curves import RAN
 from results.escapes import ESCAPE_AT, escape_steps
 from results.markdown_text import md_code, md_text
 from results.protocol import SECTION_SEP, YOURS, base_tag, only_yours
-from results.summary import AVERAGE, REFERENCE_ROWS, best_flags, follows, is_reference, rules_of_sections, shown_beside
+from results.summary import (
+    AVERAGE,
+    PEER_CODE_BESIDE,
+    REFERENCE_ROWS,
+    best_flags,
+    follows,
+    is_reference,
+    rules_of_sections,
+    shown_beside,
+)
 
 QUICK_TAG = "quick"  # a pipeline check: its section gets no runs table
 
@@ -256,6 +265,21 @@ def shared_protocol_notes(shared: dict[tuple[str, str], list[str]], summary: pd.
     return notes
 
 
+def peer_code_notes(tag: str, summary: pd.DataFrame) -> list[str]:
+    """Under `tag`'s table, the cells of the runs a peer's own code made under the same protocol
+    (`PEER_CODE_BESIDE`): their numbers on our data, beside ours."""
+    lines = []
+    for peer in [peer for peer, beside in PEER_CODE_BESIDE.items() if beside == tag]:
+        rows = summary[(summary["tag"] == peer) & ~is_reference(summary["attention"])]
+        cells = [f"`{md_code(row['attention'])}` {md_text(task)} " + format_cell(
+                     row[f"{task}_mean"], row[f"{task}_std"], row[f"{task}_n"], row.get(f"{task}_escaped"))
+                 for _, row in rows.iterrows() for task in CLASSIC_TASKS if pd.notna(row.get(f"{task}_mean"))]
+        if cells:
+            lines.append(f"The port's own code on our data, this protocol (tag `{md_code(peer)}`, its own "
+                         f"section; `python -m analyses.{md_code(peer)}`): {', '.join(cells)}.")
+    return lines
+
+
 def section_order(tag: str) -> tuple:
     """`default` first, then by the tag the runs were made under, its own runs before sections apart from it."""
     return base_tag(tag) != DEFAULT_TAG, base_tag(tag), tag
@@ -302,7 +326,7 @@ def to_markdown(summary: pd.DataFrame, problems: list[Problem], references: dict
     for tag in tags:
         mine = summary[summary["tag"] == tag]
         parts += [f"## tag `{md_code(tag)}`", tag_table(tag, mine, references, published_rows)]
-        lines = tag_notes(tag, mine) + (notes or {}).get(tag, [])
+        lines = tag_notes(tag, mine) + (notes or {}).get(tag, []) + peer_code_notes(tag, summary)
         lines += [f"`({label})`: {md_text(frame.attrs['notes'])}" for label, frame in references.items()
                   if shown_beside(tag, frame) and frame.attrs.get("notes") and tag in set(mine["tag"])]
         here = None if long is None else long[long["tag"] == tag]

@@ -21,15 +21,18 @@ REFERENCES = {  # file stem -> column label
     "lra_llops_table": "LLoPS paper", "lra_paper": "LRA paper", "nystromformer_port": "Nystromformer port",
     "skyformer_port": "Skyformer port", "xformers_port": "xFormers port",
 }
-# file stem -> the tag of our runs that follow that table's protocol (a delta is printed only for those);
+# file stem -> the tag (or tags) of our runs that follow that table's protocol (a delta is printed only for those);
 # None: a protocol of its own (shown beside the full-protocol runs for context, never subtracted)
 PROTOCOLS = {
     # study_port: the port's four settings that run on a CPU (conf/experiment/study_port.yaml); `default` differs
     # from the port in lr, embedding init, attention dropout, schedule and pooling (docs/protocol.md section 9)
-    "lra_llops_table": None, "lra_paper": "lra_original", "nystromformer_port": "study_port",
+    # nystromformer_code: the port's own code on our data (analyses.nystromformer_code)
+    "lra_llops_table": None, "lra_paper": "lra_original", "nystromformer_port": ("study_port", "nystromformer_code"),
     "skyformer_port": "skyformer_port",  # 50,000 steps, 3 seeds: conf/experiment/skyformer_port
     "xformers_port": None,  # xFormers: pre-norm GELU, 10k ListOps steps
 }
+# tag of runs made by a peer's own code -> the tag whose section names them too (they keep a section of their own)
+PEER_CODE_BESIDE = {"nystromformer_code": "study_port"}
 # tables with a protocol of their own that are also shown beside `default`, for context, without a delta
 CONTEXT_BESIDE_DEFAULT = ("nystromformer_port", "skyformer_port")
 DEFAULT_REFERENCES = ("nystromformer_port", "skyformer_port", "lra_llops_table")
@@ -128,7 +131,9 @@ def load_reference(name: str = "lra_llops_table", index: str | None = "method") 
 def follows(tag: str, frame: pd.DataFrame) -> bool:
     """Whether runs of `tag` follow the protocol of the published table `frame` (so ours − published means
     something)."""
-    return frame.attrs.get("protocol") == base_tag(tag) and only_yours(tag)
+    protocol = frame.attrs.get("protocol")
+    tags = protocol if isinstance(protocol, tuple) else (protocol,)
+    return base_tag(tag) in tags and only_yours(tag)
 
 
 def shown_beside(tag: str, frame: pd.DataFrame) -> bool:

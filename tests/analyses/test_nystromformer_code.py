@@ -109,3 +109,32 @@ def test_a_resume_on_other_data_is_refused_naming_both(tiny, tmp_path):
     refused = run(port, other, out, "--train")
     assert refused.returncode != 0
     assert "was started with another data_manifest_sha256" in refused.stderr
+
+
+def test_the_record_holds_the_port_numbers_and_the_tables_show_them_beside_study_port(tiny, tmp_path):
+    from results.__main__ import main as results_main
+    from tests.results.records import write_record
+
+    port, data = tiny
+    out = tmp_path / "outputs" / "listops" / "softmax" / "seed1" / "nystromformer_code"
+    assert run(port, data, out, "--train").returncode == 0
+    recorded = run(port, data, out, "--record")
+    assert recorded.returncode == 0, recorded.stderr
+    record = json.loads((out / "result.json").read_text())
+    log = log_lines(out)
+    assert record["status"] == "completed" and record["steps"] == 9 and record["tag"] == "nystromformer_code"
+    assert record["metrics"]["test_acc"] == log[-1]["accu"] and log[-1]["component"] == "test"
+    assert record["metrics"]["val_acc"] == max(row["accu"] for row in log if row["component"] == "dev")
+    assert 0 <= record["metrics"]["test_acc_all"] <= 1  # all 9 test trees (the port's loader: 8)
+    assert record["segments"][0]["precision"] == "32-true" and "+" in record["config"]["patch"]
+    runs = tmp_path / "runs"
+    write_record(runs, "listops", "softmax", 0, 0.35, tag="study_port")
+    (runs / "port").mkdir(parents=True)
+    for name in ("result.json", "metrics.csv"):
+        (runs / "port" / name).write_bytes((out / name).read_bytes())
+    assert results_main([str(runs), "--out", str(tmp_path / "tables")]) == 0
+    markdown = (tmp_path / "tables" / "lra.md").read_text()
+    study = markdown.split("## tag `study_port`")[1]
+    assert "The port's own code on our data, this protocol (tag `nystromformer_code`" in study
+    port_section = markdown.split("## tag `nystromformer_code`")[1].split("## tag")[0]
+    assert "listops Δ (Nystromformer port)" in port_section
