@@ -243,7 +243,8 @@ def start_record(args, port: Path, out: Path, diff: str) -> dict:
     from lra.machine import cpu_model, read_cpuinfo
     from lra.record import PROJECT_ROOT, git_sha
 
-    facts.update(git_sha=git_sha(PROJECT_ROOT), started_at=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()), threads=args.threads,
+    facts.update(git_sha=git_sha(PROJECT_ROOT), started_at=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
+                 threads=args.threads,
                  device=cpu_model(read_cpuinfo()), precision="fp32", torch=torch.__version__,
                  allocator=_allocator())
     write_atomic(path, json.dumps(facts, indent=1) + "\n")
