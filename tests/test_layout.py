@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -199,3 +200,19 @@ def test_the_write_scan_sees_writes_and_its_exceptions_are_still_there():
     calls = [direct_write(n) for n in ast.walk(probe) if isinstance(n, ast.Call) and id(n) not in allowed]
     assert sorted(c for c in calls if c) == ["open", "open", "savefig", "shutil.copy", "to_csv"]
     assert {(name, call) for name, _, call in direct_writes()} == set(NOT_REPLACED_WHOLE)
+
+
+ROOT_ENTRIES = {".ci", ".gitignore", "README.md", "analyses", "attention_zoo", "benchmarks", "conf", "data_prep",
+                "docs", "lra", "pyproject.toml", "results", "run.py", "tests"}
+
+
+def test_the_repository_root_holds_only_the_project_files():
+    """A stray log (``queue0.out``) or scratch file committed at the top level fails here; the ignore rules keep
+    the usual ones out of ``git add``."""
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.fail(f"git ls-files failed in {ROOT}: {listed.stderr.strip()}")
+    tops = {line.split("/", 1)[0] for line in listed.stdout.splitlines() if line}
+    assert tops <= ROOT_ENTRIES, f"unexpected files at the repository root: {sorted(tops - ROOT_ENTRIES)}"
+    ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", "queue0.out"], cwd=ROOT)
+    assert ignored.returncode == 0, "a root *.out log is not ignored (.gitignore)"
