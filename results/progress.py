@@ -1,10 +1,12 @@
 """Where runs stand: ``python -m results.progress [RUN_ROOT ...]`` (default ``outputs``).
 
 One line per run folder (a folder with Hydra's ``.hydra/config.yaml``): its state (completed, training now,
-or stopped: rerunning its command resumes it from ``last.ckpt``), its last validation step against its
-``task.max_steps``, best and last validation accuracy, the step it escaped the plateau at (``results.escapes``),
-and the pace of its last segment: validated steps per hour between the first and last validation that segment's
-TensorBoard file records (validation and checkpoint time included), and the hours of training left at that pace.
+or stopped: rerunning its command resumes it from ``last.ckpt``), the step it has reached against its
+``task.max_steps`` (a stopped run's: the step ``last.ckpt`` resumes from; else its last validation), best and last
+validation accuracy, the step it escaped the plateau at (``results.escapes``; ``never`` for a completed run that
+did not, ``not yet`` for one still going), and the pace of its last segment: validated steps per hour between the
+first and last validation that segment's TensorBoard file records (validation and checkpoint time included), and the
+hours of training left at that pace.
 """
 
 from __future__ import annotations
@@ -74,6 +76,21 @@ def segment_pace(run_dir: Path) -> float | None:
     return 3600.0 * steps / seconds if seconds > 0 and steps > 0 else None
 
 
+def resume_step(run_dir: Path) -> int | None:
+    """The step a rerun resumes from: ``global_step`` of ``checkpoints/last.ckpt`` (a regular file), else None."""
+    path = run_dir / "checkpoints" / "last.ckpt"
+    if path.is_symlink() or not path.is_file():
+        return None
+    import torch
+
+    try:
+        step = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("global_step")
+    except Exception as err:  # noqa: BLE001 - a torn or foreign file: say so, show the validated step
+        print(f"warning: {path}: not a readable checkpoint ({first_line(err)})", file=sys.stderr)
+        return None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
 def progress_row(run_dir: Path, root: Path) -> dict:
     """One folder's line (see the module docstring)."""
     row = dict.fromkeys(COLUMNS, "")
@@ -89,12 +106,15 @@ def progress_row(run_dir: Path, root: Path) -> dict:
     curve = readable_curve(run_dir / RECORD_NAME)
     if not curve.empty:
         step = int(curve["step"].max())
+        resumes = resume_step(run_dir) if row["state"] != "completed" else None
+        step = max(step, resumes) if resumes is not None else step  # where a rerun continues, not the last validation
         row.update({"step": f"{step:,}" + (f" / {int(max_steps):,}" if isinstance(max_steps, int) else ""),
                     "best val": f"{100 * curve['val_acc'].max():.2f}",
                     "last val": f"{100 * curve['val_acc'].iloc[-1]:.2f}"})
         if task in ESCAPE_AT:
             escaped = escape_step(curve, ESCAPE_AT[task])
-            row["escaped at"] = "not yet" if escaped is None else f"{escaped:,}"
+            never = "never" if row["state"] == "completed" else "not yet"
+            row["escaped at"] = never if escaped is None else f"{escaped:,}"
         pace = segment_pace(run_dir) if row["state"] != "completed" else None
         if pace:
             row["steps/h"] = f"{pace:,.0f}"

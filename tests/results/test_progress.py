@@ -92,3 +92,16 @@ def test_an_unreadable_config_still_gives_the_folders_line(tmp_path, capsys):
     row = progress_table([tmp_path]).iloc[0]
     assert row["state"] == "stopped" and row["step"] == "150" and row["escaped at"] == ""  # task unknown
     assert "config.yaml: not a readable config" in capsys.readouterr().err
+
+
+def test_a_stopped_run_shows_the_step_it_resumes_from_and_a_finished_one_never_escaped_says_never(tmp_path):
+    import torch
+
+    folder = run_folder(tmp_path, validations=((50, 0.18, 1000.0), (250, 0.2, 1100.0)))
+    torch.save({"global_step": 303, "state_dict": {}}, folder / "checkpoints" / "last.ckpt")
+    row = progress_table([tmp_path]).iloc[0]
+    assert row["state"] == "stopped" and row["step"] == "303 / 1,000"  # last.ckpt's step, not the last validation
+    assert row["escaped at"] == "not yet"
+    run_folder(tmp_path, seed=2, validations=((50, 0.18, 1000.0), (1000, 0.2, 1100.0)), status="completed")
+    done = progress_table([tmp_path]).set_index("run").loc["listops/softmax/seed2/study"]
+    assert done["state"] == "completed" and done["escaped at"] == "never"
