@@ -203,6 +203,13 @@ def reading_notes(references: dict[str, pd.DataFrame]) -> str:
         "paper). `default` differs from every published protocol (ListOps: lr 1e-3 among others), so the published "
         "tables are shown beside it for context, without a delta. Each published number is the test accuracy of "
         "that table's own split, checkpoint and steps (docs/protocol.md sections 6 and 9).",
+        "`tag` = the name of the settings a run was made with (`experiment=<name>` sets it; none: `default`); a "
+        "tag's protocol is the repo's config for that task and experiment. `yours` = runs read from outside "
+        "`results/runs/` (your own), shown apart from the committed ones.",
+        f"`escape step` (ListOps) = the first step whose validation accuracy reaches "
+        f"{100 * ESCAPE_AT['listops']:.0f}%, "
+        "leaving the plateau where a model predicts little more than the label frequencies (`never`: no such step); "
+        "`escaped k/n` = k of the n seeds averaged in that cell did.",
         "`majority class` = accuracy of always predicting the test set's most frequent class. `root-operator rule` "
         "(ListOps) = accuracy of predicting, per root operator, the label most frequent among training trees with "
         "that root (`python -m results.rules`): a model at that level has found the root operator and nothing more.",
@@ -240,11 +247,22 @@ def tag_notes(tag: str, summary: pd.DataFrame) -> list[str]:
         tagged = "carry no `tag`" if tag == UNTAGGED else f"are tagged `{md_code(tag)}`, not `{DEFAULT_TAG}`"
         lines.append(f"These runs {tagged}: a published table is shown beside them only when it follows the "
                      f"same protocol.")
-    for _, row in summary[~is_reference(summary["attention"])].iterrows():
-        absent = [task for task in CLASSIC_TASKS if pd.isna(row[f"{task}_mean"])]
-        if absent:
-            lines.append(f"Missing for `{md_code(row['attention'])}` (no completed run): {', '.join(absent)}.")
+    lines += missing_line(summary[~is_reference(summary["attention"])])
     return lines
+
+
+def missing_line(ours: pd.DataFrame) -> list[str]:
+    """One line naming the classic tasks without a completed run, per group of attentions that miss the same ones."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for _, row in ours.iterrows():
+        absent = tuple(task for task in CLASSIC_TASKS if pd.isna(row[f"{task}_mean"]))
+        if absent:
+            groups.setdefault(absent, []).append(str(row["attention"]))
+    parts = []
+    for absent, names in groups.items():
+        who = "every attention here" if len(names) == len(ours) else ", ".join(f"`{md_code(n)}`" for n in names)
+        parts.append(f"{', '.join(absent)} for {who}")
+    return [f"Missing (no completed run): {'; '.join(parts)}."] if parts else []
 
 
 def shared_protocol_notes(shared: dict[tuple[str, str], list[str]], summary: pd.DataFrame) -> dict[str, list[str]]:

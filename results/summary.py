@@ -145,15 +145,18 @@ def shown_beside(tag: str, frame: pd.DataFrame) -> bool:
 
 
 def best_flags(summary: pd.DataFrame) -> pd.DataFrame:
-    """True where a `<task>_mean` is its tag's highest among our attentions at the shown 2 decimals (ties: all).
+    """True where a `<task>_mean` is its tag's highest among our attentions at the shown 2 decimals (ties: all),
+    and above every reference row of that tag and column (the majority class, the rules): a best that no more than
+    matches always answering the majority label is no best.
 
-    The reference rows (majority class, rules) are never best. Columns: the summary's `*_mean` columns; index: the
-    summary's.
+    The reference rows are never best. Columns: the summary's `*_mean` columns; index: the summary's.
     """
     means = summary[[column for column in summary.columns if column.endswith("_mean")]].round(DISPLAY_DECIMALS)
     ours = ~is_reference(summary["attention"])
     top = means.where(ours, axis=0).groupby(summary["tag"]).transform("max")
-    return means.eq(top).where(ours, axis=0, other=False).astype(bool)
+    floor = means.where(~ours, axis=0).groupby(summary["tag"]).transform("max")
+    beats = means.gt(floor) | floor.isna()
+    return (means.eq(top) & beats).where(ours, axis=0, other=False).astype(bool)
 
 
 def add_published(summary: pd.DataFrame, references: dict[str, pd.DataFrame]) -> pd.DataFrame:

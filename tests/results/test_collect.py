@@ -83,7 +83,7 @@ def test_missing_tasks_are_blank_not_zero(runs):
     markdown = to_markdown(summary, [], {"LLoPS paper": load_reference()})
     row = table_cells(section(markdown, "quick"))["softmax"]
     assert "text" not in row and "average" not in row  # only tasks some attention of this tag has run
-    assert "Missing for `softmax` (no completed run): text, retrieval, image, pathfinder." in markdown
+    assert "Missing (no completed run): text, retrieval, image, pathfinder for every attention here." in markdown
     assert "0.00" not in section(markdown, "quick").split("\n- ")[0]
 
 
@@ -137,7 +137,7 @@ def test_markdown_has_paper_columns_and_lists_problems(runs):
     assert "**Pipeline check at reduced scale**" in quick and "Pipeline check" not in section(markdown, "default")
     assert "failed: `" in quick and "RuntimeError: boom" in quick and "Traceback" not in quick
     assert "2610.14219" in markdown.split("## tag")[0] and "2011.04006" in markdown.split("## tag")[0]
-    assert "Missing for `softmax` (no completed run): text, retrieval, image, pathfinder." in quick
+    assert "Missing (no completed run): text, retrieval, image, pathfinder for every attention here." in quick
     assert "malformed: `" in markdown.split("## Unreadable records")[1]
 
 

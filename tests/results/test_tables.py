@@ -48,8 +48,17 @@ def test_best_flags_ties_all_majority_never(summary):
 
 def test_best_flags_compare_at_shown_decimals():
     frame = pd.DataFrame({"tag": ["t"] * 4, "attention": ["a", "b", "c", MAJORITY],
-                          "listops_mean": [50.001, 50.004, 49.99, 99.0]})
+                          "listops_mean": [50.001, 50.004, 49.99, 9.0]})
     assert best_flags(frame)["listops_mean"].tolist() == [True, True, False, False]
+
+
+def test_a_best_mean_that_does_not_beat_the_majority_class_or_the_rule_is_not_bold():
+    frame = pd.DataFrame({"tag": ["t"] * 3 + ["u"] * 3,
+                          "attention": ["a", "b", MAJORITY, "a", MAJORITY, "(root-operator rule)"],
+                          "listops_mean": [15.80, 12.0, 15.80, 34.0, 17.0, 34.70]})
+    assert not best_flags(frame)["listops_mean"].any()  # t: ties the majority; u: under the rule
+    frame.loc[0, "listops_mean"] = 15.81
+    assert best_flags(frame)["listops_mean"].tolist() == [True, False, False, False, False, False]
 
 
 def test_markdown_bold_best_and_delta_columns(summary):
