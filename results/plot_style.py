@@ -1,10 +1,11 @@
 """One look per attention in every figure: a (colour, marker) pair fixed by the attention's name.
 
-The 22 registered attentions (`ATTENTIONS`, the order of `attention_zoo.available()`) take the i-th of 22
-high-contrast colours (Kelly's list without white, then teal) and the marker `MARKERS[i % 8]`: no two share a
-colour, so no two share a pair (and names sharing a marker have colours far apart), and a name keeps its pair in
-every plot whatever else the plot shows. A name outside the registry (a new or made-up attention) gets a pair that
-no registered name has, chosen by the SHA-1 of the name (two such names can, rarely, share one).
+The 22 attentions of the first registry (`FIXED`) take the i-th of 22 high-contrast colours (Kelly's list without
+white, then teal) and the marker `MARKERS[i % 8]`: no two share a colour, so no two share a pair (and names sharing
+a marker have colours far apart). Every other name (an attention added since, or your own) gets a pair that no
+fixed name has, chosen by the SHA-1 of the name (two such names can, rarely, share one). So a name keeps its pair in
+every plot whatever else the plot shows, and adding an attention (its module and its yaml) changes no other
+attention's look and needs no edit here.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import hashlib
 
 from matplotlib.lines import Line2D
 
-# attention_zoo.available() without importing torch; tests/results/test_plot_style.py checks they agree
-ATTENTIONS = ("based", "bigbird", "cosformer", "flatten", "hedgehog", "linear", "linformer", "llops", "local",
+# the registry as it stood when the pairs were fixed (never extended: a new name gets a hashed pair); each is
+# still registered (tests/results/test_plot_style.py)
+FIXED = ("based", "bigbird", "cosformer", "flatten", "hedgehog", "linear", "linformer", "llops", "local",
               "longformer", "mhla", "nystrom", "performer", "polaformer", "polysketch", "reformer", "sinkhorn",
               "skyformer", "slay", "softmax", "synthesizer", "yat")
 # Kelly's 22 colours of maximum contrast without white, then teal; ordered so that the names sharing a marker
@@ -29,10 +31,10 @@ EDGE = "#333333"  # a thin dark edge keeps the pale colours (yellow, buff) visib
 def attention_style(name: object) -> tuple[str, str]:
     """(colour, marker) of an attention: fixed for the registered ones, from the name's hash for others."""
     name = str(name)
-    if name in ATTENTIONS:
-        index = ATTENTIONS.index(name)
+    if name in FIXED:
+        index = FIXED.index(name)
         return COLOURS[index], MARKERS[index % len(MARKERS)]
-    taken = {attention_style(known) for known in ATTENTIONS}
+    taken = {attention_style(known) for known in FIXED}
     free = [(colour, marker) for marker in MARKERS for colour in COLOURS if (colour, marker) not in taken]
     digest = int(hashlib.sha1(name.encode("utf-8", "surrogatepass")).hexdigest(), 16)
     return free[digest % len(free)]

@@ -14,7 +14,7 @@ from matplotlib.colors import to_hex
 from matplotlib.markers import MarkerStyle
 
 from results.curves import curves_figure
-from results.plot_style import ATTENTIONS, attention_style
+from results.plot_style import FIXED, attention_style
 from results.plots import accuracy_figure, time_figure
 from results.plots_extra import length_figure, throughput_figure
 
@@ -60,25 +60,27 @@ def legend_texts(ax) -> list[str]:
     return [text.get_text() for text in legend.get_texts()] if legend else []
 
 
-def test_registered_attentions_have_distinct_fixed_pairs():
-    import attention_zoo  # the registry (imports torch): plot_style's copy of the names must match it
+def test_fixed_attentions_have_distinct_pairs_and_every_registered_name_has_its_own():
+    import attention_zoo  # the registry (imports torch)
 
-    assert ATTENTIONS == tuple(attention_zoo.available())
-    pairs = [attention_style(name) for name in ATTENTIONS]
-    assert len(set(pairs)) == len(ATTENTIONS) == 22
-    assert len({colour for colour, _ in pairs}) == 22  # even the colours alone differ: based and mhla are not both blue
+    assert set(FIXED) <= set(attention_zoo.available())  # a fixed name is never dropped from the registry
+    pairs = [attention_style(name) for name in FIXED]
+    assert len(set(pairs)) == len(FIXED)
+    assert len({colour for colour, _ in pairs}) == len(FIXED)  # even the colours alone differ
     assert attention_style("based") != attention_style("mhla")
-    assert pairs == [attention_style(name) for name in ATTENTIONS]  # the same on every call
+    assert pairs == [attention_style(name) for name in FIXED]  # the same on every call
+    added = [name for name in attention_zoo.available() if name not in FIXED]  # since the pairs were fixed
+    assert not {attention_style(name) for name in added} & set(pairs)
 
 
 def test_other_names_get_a_stable_pair_no_registered_name_has():
-    taken = {attention_style(name) for name in ATTENTIONS}
+    taken = {attention_style(name) for name in FIXED}
     for name in ("my_attn", "my_attn_v2", "<b>x</b>", "$x$"):
         assert attention_style(name) == attention_style(name) and attention_style(name) not in taken
 
 
 def test_scatter_figures_use_each_attentions_pair_and_no_task_legend():
-    names = list(ATTENTIONS) + ["my_attn"]
+    names = list(FIXED) + ["my_attn"]
     for fig in (throughput_figure(long_table(names)), time_figure(long_table(names))):
         axes = fig.axes
         assert [ax.get_title().split(": ")[-1] for ax in axes] == ["listops", "text"]  # a panel per task
@@ -94,19 +96,19 @@ def test_scatter_figures_use_each_attentions_pair_and_no_task_legend():
 
 
 def test_accuracy_bars_take_the_attentions_colours_and_markers():
-    fig = accuracy_figure(summary_table(ATTENTIONS).query("tag == 'quick'"))
+    fig = accuracy_figure(summary_table(FIXED).query("tag == 'quick'"))
     ax = fig.axes[0]
-    assert [to_hex(bar.get_facecolor()) for bar in ax.patches] == [attention_style(name)[0] for name in ATTENTIONS]
+    assert [to_hex(bar.get_facecolor()) for bar in ax.patches] == [attention_style(name)[0] for name in FIXED]
     markers = [c for c in ax.collections if isinstance(c, PathCollection)]  # the marker on top of each bar
-    assert [c.get_label() for c in markers] == list(ATTENTIONS)
+    assert [c.get_label() for c in markers] == list(FIXED)
     for collection in markers:
         assert_style(collection.get_label(), collection)
-    assert legend_texts(ax) == list(ATTENTIONS)
+    assert legend_texts(ax) == list(FIXED)
     plt.close(fig)
 
 
 def test_length_plot_never_joins_two_tags():
-    names = list(ATTENTIONS)
+    names = list(FIXED)
     fig = length_figure(summary_table(names), LENGTHS)
     ax, = fig.axes  # text has one length only: no panel
     assert not [line for line in ax.get_lines() if len(line.get_xdata()) > 1]  # no line at all between points
@@ -124,7 +126,7 @@ def test_length_plot_never_joins_two_tags():
 def test_learning_curves_take_the_attentions_colours_and_markers(seeds):
     curve = pd.DataFrame({"step": [250, 500, 750], "val_acc": [0.2, 0.3, 0.35]})
     runs = [(SimpleNamespace(attention=name, seed=seed, task="listops"), curve)
-            for name in ATTENTIONS for seed in range(seeds)]
+            for name in FIXED for seed in range(seeds)]
     fig = curves_figure(runs)
     lines = fig.axes[0].get_lines()
     assert len(lines) == len(runs)
