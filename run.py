@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lra.checks import missing_plugin, unknown_override
 from lra.errors import Diverged, UserError
-from lra.hydra_hooks import check_settings, holds_lock, is_rank_zero, note_job  # also registers conf/'s resolver
+from lra.hydra_hooks import check_settings, holds_lock, is_rank_zero, job_refusal, note_job  # + conf/'s resolver
 from lra.record_compat import old_experiment_spelling
 from lra.settings import complete
 
@@ -58,11 +58,13 @@ def main(cfg: DictConfig) -> float | None:
     run_dir = Path(hydra_cfg.runtime.output_dir)
     sweeping = hydra_cfg.mode == RunMode.MULTIRUN
     config = complete(OmegaConf.to_container(cfg, resolve=True))
-    try:  # a single run was checked before Hydra wrote anything (lra.hydra_hooks); a sweep's job is checked here
-        check_settings(config, list(hydra_cfg.overrides.task))
+    try:  # checked before Hydra wrote anything (lra.hydra_hooks: a single run, and each job of a sweep)
+        if (refusal := job_refusal()) is not None:
+            raise UserError(refusal)
+        check_settings(config, list(hydra_cfg.overrides.task))  # for a config that lacks the hooks
     except UserError as err:  # refused before the training stack loads; no record: the folder may be another run's
         note_job("refused")
-        report(f"error: {err}", error=True)
+        report(f"error: {err}", error=True)  # not into run.log: the folder is not this job's (RunLogHandler)
         if sweeping:
             return None
         sys.exit(2)

@@ -142,6 +142,8 @@ def write_split(
     if labels.size == 0:
         raise ValueError(f"split {split!r} has no examples; every split needs at least one")
     lengths = np.diff(offsets)
+    if lengths.min() < 1:  # the importers name the source file first; this guards every other writer
+        raise ValueError(f"split {split!r}: sequence {int(np.argmin(lengths))} is empty; every example needs a token")
     entry = write_arrays(
         task_dir,
         split,
@@ -301,6 +303,11 @@ def _check_arrays(path: Path, arrays: dict, entry: dict, manifest: dict, rebuild
         lengths = np.diff(offsets)
         if tokens.ndim != 1 or offsets[0] != 0 or offsets[-1] != tokens.size or np.any(lengths < 0):
             raise fail(path, f"arrays {tokens_name!r}/{offsets_name!r} are inconsistent", rebuild_cmd)
+        if count and lengths.min() < 1:  # no mechanism need handle a batch without a real token
+            empty = np.flatnonzero(lengths < 1)
+            raise fail(path, f"array {tokens_name!r} holds {empty.size} empty sequence(s), the first at index "
+                             f"{int(empty[0])}; every example needs at least one token (older importers let empty "
+                             f"reviews through)", rebuild_cmd)
         if not np.issubdtype(tokens.dtype, np.integer):
             raise fail(path, f"array {tokens_name!r} does not hold integer ids", rebuild_cmd)
         if tokens.size and (tokens.min() < 0 or tokens.max() >= manifest["vocab_size"]):

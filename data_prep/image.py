@@ -26,6 +26,7 @@ import numpy as np
 
 from data_prep import safe_pickle
 from data_prep.compact import DataError, fail, require_examples, write_manifest, write_split
+from data_prep.source_files import read_source
 from data_prep.staging import staged_task_dir
 
 TASK = "image"
@@ -36,6 +37,7 @@ VOCAB = tuple(str(level) for level in range(256))
 TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_FILE = "test_batch"
 TRAIN_FRACTION = 0.9
+BATCH_LIMIT = 256 << 20  # bytes per batch file; each of CIFAR-10's is about 31 MB
 GREY_WEIGHTS = np.array([0.2989, 0.5870, 0.1140], dtype=np.float32)  # tf.image.rgb_to_grayscale
 SOURCE_HELP = (
     "the CIFAR-10 python version: cifar-10-batches-py/ with data_batch_1 .. data_batch_5 and test_batch "
@@ -52,8 +54,8 @@ def find_batches(source: Path) -> Path:
     """The folder holding the batch files: ``source`` itself or ``source/cifar-10-batches-py``."""
     source = Path(source)
     for folder in (source, source / "cifar-10-batches-py"):
-        if (folder / TEST_FILE).is_file():
-            missing = [name for name in TRAIN_FILES if not (folder / name).is_file()]
+        if (folder / TEST_FILE).exists():
+            missing = [name for name in TRAIN_FILES if not (folder / name).exists()]
             if missing:
                 raise DataError(f"{folder}: missing {', '.join(missing)}; expected {SOURCE_HELP}")
             return folder
@@ -63,8 +65,9 @@ def find_batches(source: Path) -> Path:
 
 def read_batch(path: Path, command: str) -> tuple[np.ndarray, np.ndarray]:
     """``(data, labels)`` of one python batch: uint8 (N, 3072) and int64 (N,); bad files raise DataError."""
+    blob = read_source(path, BATCH_LIMIT, "a CIFAR-10 batch")
     try:
-        batch = safe_pickle.load_file(path)
+        batch = safe_pickle.loads(blob)
     except Exception as e:  # the unpickler, numpy and a truncated stream each raise their own kinds
         raise fail(path, f"not a CIFAR-10 python batch ({type(e).__name__}: {e})", command) from None
     if not isinstance(batch, dict):

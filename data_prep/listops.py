@@ -275,7 +275,7 @@ def import_tsv(source_dir: Path, out: Path, *, log: Callable[[str], None] = prin
     command = shlex.join(["python", "-m", "data_prep", TASK, "--out", str(out), "--source", str(source_dir)])
     paths = {split: source_dir / f"basic_{split}.tsv" for split in SPLITS}
     for path in paths.values():
-        if not path.is_file():
+        if not path.exists():
             raise fail(path, "official ListOps file is missing", command)
     task_dir = Path(out) / TASK
     with staged_task_dir(task_dir) as stage:

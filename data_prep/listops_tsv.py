@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from data_prep.compact import fail
+from data_prep.source_files import open_source
 from lra.atomic import atomic_output
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
@@ -19,6 +20,7 @@ TOKEN_IDS = {word: i for i, word in enumerate(VOCAB) if i}  # "<pad>" never appe
 DIGIT_ID, OP_ID, END_ID = TOKEN_IDS["0"], TOKEN_IDS[OPERATORS[0]], TOKEN_IDS["]"]
 TSV_HEADER = "Source\tTarget"
 TSV_NEWLINE = "\r\n"  # the published files come from csv.writer, whose line terminator is CRLF
+TSV_LIMIT = 4 << 30  # bytes per TSV file: 96,000 trees of at most 2,000 tokens stay well below it
 
 
 def source_strings(tokens: np.ndarray, offsets: np.ndarray) -> list[str]:
@@ -111,7 +113,7 @@ def read_tsv(path: Path, rebuild_cmd: str) -> tuple[list[np.ndarray], np.ndarray
     file) raises DataError naming the file and line.
     """
     sequences, labels = [], []
-    with open(path, "rb") as f:
+    with open_source(path, TSV_LIMIT, "a ListOps TSV file") as f:
         for line_no, raw in enumerate(f, start=1):
             try:
                 line = raw.decode("utf-8").rstrip("\r\n")

@@ -9,6 +9,7 @@ one); the manifest counts them.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,10 +17,13 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from data_prep.compact import DataError, fail, inside
+from data_prep.source_files import read_source
 from lra.atomic import atomic_output
 
 RELEASE_FOLDERS = {32: "pathfinder32", 128: "pathfinder128"}
 HARD = "curv_contour_length_14"
+IMAGE_LIMIT = 1 << 20  # bytes per PNG; the release's 128x128 images are a few KB each
+METADATA_LIMIT = 64 << 20  # bytes per metadata file: about a million 60-byte lines, far more than a release file
 
 
 def find_root(source: Path, window: int) -> Path:
@@ -36,8 +40,8 @@ def find_root(source: Path, window: int) -> Path:
 def read_metadata(path: Path, command: str) -> list[tuple[str, int, int]]:
     """(relative image path, line number, label) per line of one metadata text file."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
+        text = read_source(path, METADATA_LIMIT, "a Pathfinder metadata file").decode("utf-8")
+    except (OSError, UnicodeDecodeError) as e:  # missing or unreadable; read_source's own DataError passes
         raise fail(path, f"cannot read metadata as text ({e})", command) from e
     rows = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -53,9 +57,10 @@ def read_metadata(path: Path, command: str) -> list[tuple[str, int, int]]:
 
 
 def read_image(path: Path, window: int, where: str, command: str) -> np.ndarray:
-    """One PNG as (window * window,) uint8 grey levels."""
+    """One PNG as (window * window,) uint8 grey levels; a regular file of at most ``IMAGE_LIMIT`` bytes."""
+    what = f"a Pathfinder image (listed at {where})"
     try:
-        with Image.open(path) as image:
+        with Image.open(io.BytesIO(read_source(path, IMAGE_LIMIT, what))) as image:
             if image.size != (window, window):  # checked before decoding: a huge image is never expanded
                 raise fail(path, f"image listed at {where} is {image.size[0]}x{image.size[1]}, expected "
                                  f"{window}x{window}", command)

@@ -21,11 +21,13 @@ import numpy as np
 
 from data_prep.byte_tokens import VOCAB, BytePacker
 from data_prep.compact import DataError, fail, pack_sequences, require_examples, write_arrays, write_manifest
+from data_prep.source_files import open_source
 from data_prep.staging import staged_task_dir
 
 TASK = "retrieval"
 NUM_CLASSES = 2
 MAX_LENGTH = 4000
+TSV_LIMIT = 16 << 30  # bytes per TSV file: a sanity bound (a file is streamed line by line, never held whole)
 SPLIT_FILES = {
     "train": "new_aan_pairs.train.tsv",
     "val": "new_aan_pairs.eval.tsv",
@@ -50,8 +52,8 @@ def find_tsv_dir(source: Path) -> Path:
     candidates = [source, source / "tsv_data", source / "lra_release" / "tsv_data",
                   source / "lra_release" / "lra_release" / "tsv_data"]
     for folder in candidates:
-        if (folder / SPLIT_FILES["train"]).is_file():
-            missing = [name for name in SPLIT_FILES.values() if not (folder / name).is_file()]
+        if (folder / SPLIT_FILES["train"]).exists():
+            missing = [name for name in SPLIT_FILES.values() if not (folder / name).exists()]
             if missing:
                 raise DataError(f"{folder}: missing {', '.join(missing)}; expected {SOURCE_HELP}")
             return folder
@@ -60,9 +62,10 @@ def find_tsv_dir(source: Path) -> Path:
 
 
 def read_pairs(path: Path, max_length: int, command: str) -> tuple[BytePacker, BytePacker, np.ndarray]:
-    """Both documents (as packers) and the labels of one AAN TSV; a malformed line raises DataError."""
+    """Both documents (as packers) and the labels of one AAN TSV; a malformed line or an empty document raises
+    DataError."""
     first, second, labels = BytePacker(max_length), BytePacker(max_length), []
-    with open(path, "rb") as f:
+    with open_source(path, TSV_LIMIT, "an AAN TSV file") as f:
         for line_no, line in enumerate(f, start=1):
             line = line.removesuffix(b"\n").removesuffix(b"\r")
             if not line:
@@ -78,6 +81,10 @@ def read_pairs(path: Path, max_length: int, command: str) -> tuple[BytePacker, B
             if label not in (0.0, 1.0):
                 shown = fields[0][:20].decode("utf-8", "replace")
                 raise fail(path, f"line {line_no}: label {shown!r} is not 0 or 1", command)
+            for number in (1, 2):
+                if not fields[2 + number]:
+                    raise fail(path, f"line {line_no}: text{number} is empty; every document needs at least one "
+                                     f"token (remove that line)", command)
             labels.append(int(label))
             first.add(fields[3])
             second.add(fields[4])

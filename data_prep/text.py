@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import io
 import shlex
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,7 @@ import numpy as np
 
 from data_prep.byte_tokens import VOCAB, BytePacker
 from data_prep.compact import DataError, inside, require_examples, write_manifest, write_split
+from data_prep.source_files import read_source
 from data_prep.staging import staged_task_dir
 
 TASK = "text"
@@ -33,6 +35,8 @@ VAL_FRACTION = 0.1
 SEED = 0
 LABELS = {"neg": 0, "pos": 1}
 PARQUET_FILES = {"train": "train-00000-of-00001.parquet", "test": "test-00000-of-00001.parquet"}
+REVIEW_LIMIT = 1 << 20  # bytes per review file; IMDB's longest review is about 14 KB
+PARQUET_LIMIT = 1 << 30  # bytes per parquet file; each of stanfordnlp/imdb's is about 20 MB
 SOURCE_HELP = (
     "the IMDB reviews, either the Stanford aclImdb/ folder (train/ and test/, each with pos/ and neg/ "
     "holding one review per .txt; aclImdb_v1.tar.gz from https://ai.stanford.edu/~amaas/data/sentiment/) "
@@ -63,8 +67,8 @@ def find_source(source: Path) -> tuple[str, Path]:
                 raise DataError(f"{folder}: missing folder(s) {', '.join(missing)}; expected {SOURCE_HELP}")
             return "aclimdb", folder
     for folder in (source, source / "plain_text"):
-        if (folder / PARQUET_FILES["train"]).is_file():
-            if not (folder / PARQUET_FILES["test"]).is_file():
+        if (folder / PARQUET_FILES["train"]).exists():
+            if not (folder / PARQUET_FILES["test"]).exists():
                 raise DataError(f"{folder}: missing {PARQUET_FILES['test']}; expected {SOURCE_HELP}")
             return "parquet", folder
     raise DataError(f"{source}: no IMDB data found (looked for aclImdb train/ and test/ folders and for "
@@ -72,16 +76,25 @@ def find_source(source: Path) -> tuple[str, Path]:
 
 
 def read_aclimdb(folder: Path, split: str) -> list[Example]:
-    """All reviews of ``folder/split/{neg,pos}/*.txt`` as (label, bytes); none may lead outside ``folder``."""
+    """All reviews of ``folder/split/{neg,pos}/*.txt`` as (label, bytes); none may lead outside ``folder``, and each
+    must be a regular file of 1 byte to ``REVIEW_LIMIT`` bytes."""
     examples = []
     for name, label in LABELS.items():
         for path in sorted((folder / split / name).glob("*.txt")):
-            real = inside(folder, path.relative_to(folder))
-            if real is None:
+            if inside(folder, path.relative_to(folder)) is None:
                 raise DataError(f"{path}: a link that leads outside {folder}; an IMDB review is a plain file. "
                                 f"Replace it with the review, or remove it")
-            examples.append((label, real.read_bytes()))
+            examples.append((label, read_review(path)))
     return examples
+
+
+def read_review(path: Path) -> bytes:
+    """The bytes of one review file; ``DataError`` naming it when it is no regular file, too large or empty."""
+    review = read_source(path, REVIEW_LIMIT, "an IMDB review")
+    if not review:
+        raise DataError(f"{path}: an empty review (0 bytes); every example needs at least one token. Put the review "
+                        f"in it, or remove the file; then run again")
+    return review
 
 
 def read_parquet(path: Path) -> list[Example]:
@@ -91,8 +104,9 @@ def read_parquet(path: Path) -> list[Example]:
                         f"`pip install pyarrow`, or pass the aclImdb/ folder instead.")
     import pandas as pd  # only this layout needs pandas (and a parquet engine)
 
+    blob = read_source(path, PARQUET_LIMIT, "an IMDB parquet file")
     try:
-        frame = pd.read_parquet(path, columns=["text", "label"])
+        frame = pd.read_parquet(io.BytesIO(blob), columns=["text", "label"])
     except Exception as e:  # the engines raise their own kinds for corrupt files and missing columns
         raise DataError(f"{path}: cannot read the columns text, label ({type(e).__name__}: {e})") from None
     labels = frame["label"].to_numpy()
@@ -104,6 +118,9 @@ def read_parquet(path: Path) -> list[Example]:
     for row, text in enumerate(texts):
         if not isinstance(text, str):
             raise DataError(f"{path}: row {row}: text is {type(text).__name__}, not a string")
+        if not text:
+            raise DataError(f"{path}: row {row}: an empty review; every example needs at least one token. Remove "
+                            f"that row, then run again")
     return [(int(y), t.encode("utf-8")) for y, t in zip(labels.tolist(), texts)]
 
 

@@ -3,8 +3,9 @@
 Every file the suite writes goes through ``atomic_output``: prepared data, run records (``result.json``),
 metrics, checkpoints, tables, CSVs and figures (``save_figure``). The bytes go to a temporary file beside the
 target, are flushed and fsynced, then renamed over it (``os.replace``: atomic within one folder); when the
-write raises, the temporary file is removed and the target keeps its old content (or stays absent). The file
-gets the mode ``open()`` would give it under the process's umask (``mkstemp`` alone gives 0600). A target that
+write raises, the temporary file is removed and the target keeps its old content (or stays absent); one that a
+killed writer left (``kill -9`` runs no cleanup) is removed by the next write in its folder (``lra.leftovers``).
+The file gets the mode ``open()`` would give it under the process's umask (``mkstemp`` alone gives 0600). A target that
 is a symbolic link is refused by name, and a file is read (``read_regular``) or copied (``copy_atomic``) only
 when it is a regular file, never through a link.
 
@@ -15,12 +16,15 @@ loading torch (``lra/__init__.py`` imports nothing).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
+
+from .leftovers import remove_dead_temps
 
 LINK_FIX = ("this file is read and written only as a regular file, never through a link; remove the link (or "
             "replace it with a copy of its target) and run again")
@@ -68,15 +72,17 @@ def atomic_output(path: str | Path, mode: str = "wb") -> Iterator[IO]:
     path = Path(path)
     refuse_link(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_dead_temps(path.parent)  # what writers killed with kill -9 left here (lra.leftovers)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     text_options = {} if "b" in mode else {"encoding": "utf-8", "newline": ""}
     try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held until the rename: a live writer's file is never taken for a leftover
         os.fchmod(fd, umask_mode())
         with os.fdopen(fd, mode, **text_options) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)  # replaces a link made since the check, never writes through it
+            os.replace(tmp, path)  # replaces a link made since the check, never writes through it
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

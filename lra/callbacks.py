@@ -41,7 +41,11 @@ class CheckpointOnPreemption(pl.Callback):
     Under DDP the signal may reach one rank, or the ranks at different moments, and every rank must stop after
     the same batch: a signal only marks this rank (``note_sigterm``, in place of Lightning's notifier, which
     broadcasts from inside the handler), and at each training batch's end the ranks reduce their marks into the
-    flag Lightning stops on. A signal during validation stops after the pass; during the test stage, not at all.
+    flag Lightning stops on. A signal during validation stops after the pass.
+
+    A signal during the test stage (the best checkpoint's test, after training) lets the test finish: Lightning
+    would stop it after the current batch, and the record would say ``interrupted`` with no metrics although the
+    training was done. The test is one pass over the test split, so the run completes and is recorded so.
     """
 
     def __init__(self, path: Path):
@@ -89,6 +93,14 @@ class CheckpointOnPreemption(pl.Callback):
             signals.received_sigterm, self._deferred = True, False
         else:
             signals.received_sigterm = received
+
+    def on_test_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx: int,
+                          dataloader_idx: int = 0) -> None:
+        """Clear the flag Lightning's test loop checks right after this hook, so a signal lets the test finish."""
+        signals = trainer._signal_connector
+        if signals.received_sigterm:
+            signals.received_sigterm = False
+            log.warning("stop signal during the test: training is done, so the test finishes and the run completes")
 
     def _catch_ctrl_c(self) -> None:
         if threading.current_thread() is threading.main_thread() and self._sigint_before is None:

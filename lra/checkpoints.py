@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from lightning_fabric.plugins import TorchCheckpointIO
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from .atomic import LinkRefused, atomic_output, refuse_link
+from .data_identity import CHECKPOINT_KEY
 from .disk import disk_full, full_disk_error
 from .errors import UserError
 
@@ -83,15 +84,24 @@ class RunFolderCheckpoint(ModelCheckpoint):
         super().load_state_dict(state_dict)
 
 
-def resume_point(path: Path) -> tuple[int, dict[str, Any] | None]:
-    """The global step ``last.ckpt`` resumes from and the run config it was saved with (the LightningModule's
-    hyper-parameter ``cfg``; None when it has none); a truncated or corrupt file is a UserError saying what to
-    do, a link one naming it."""
+class ResumePoint(NamedTuple):
+    """What ``last.ckpt`` resumes: its global step, the run config it was saved with (the LightningModule's
+    hyper-parameter ``cfg``) and the data it trained on (``lra.data_identity``); None for what it does not hold."""
+
+    step: int
+    config: dict[str, Any] | None
+    data: dict[str, Any] | None
+
+
+def resume_point(path: Path) -> ResumePoint:
+    """The ``ResumePoint`` of ``last.ckpt``; a truncated or corrupt file is a UserError saying what to do, a link one
+    naming it."""
     not_a_link(path)
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        config = (checkpoint.get("hyper_parameters") or {}).get("cfg")
-        return int(checkpoint["global_step"]), config if isinstance(config, dict) else None
+        config, data = (checkpoint.get("hyper_parameters") or {}).get("cfg"), checkpoint.get(CHECKPOINT_KEY)
+        return ResumePoint(int(checkpoint["global_step"]), config if isinstance(config, dict) else None,
+                           data if isinstance(data, dict) else None)
     except Exception as err:  # torch, zipfile and pickle each raise their own kinds for a damaged file
         best = sorted(p.name for p in path.parent.glob("best-step*.ckpt"))
         from_best = f"; to resume from the best checkpoint instead: cp {path.parent / best[-1]} {path}" if best else ""

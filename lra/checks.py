@@ -3,8 +3,8 @@
 Invalid model, optimizer, seed, batching, ``task.data.limit`` and attention settings (types and the ranges a
 mechanism declares, read from its source by ``lra.attention_options``), keys that ``+task.x=...`` or ``+model.x=...``
 add but nothing reads, ``key=value`` on a key the config lacks, sweeper or launcher presets whose plugin is not
-installed, an experiment with no settings for the task and the old ``experiment=<name>/<task>`` spelling are each
-one error naming the key and the fix.
+installed, an experiment with no settings for the task, Lightning settings that train no step and the old
+``experiment=<name>/<task>`` spelling are each one error naming the key and the fix.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import math
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -19,14 +20,22 @@ from typing import Any
 from .attention_options import check_attention_options
 from .config import CONF_DIR, compose
 from .errors import UserError
-from .settings import check_types, micro_batch_size, missing_settings, optional_keys
+from .run_files import folder_name_problem
+from .settings import SCHEDULES, check_types, micro_batch_size, missing_settings, optional_keys
 
 POOLINGS = ("mean", "cls", "none", "padded_mean")
 SPLITS = ("train", "val", "test")
 BATCHINGS = ("random", "length_grouped")
 LENGTH_VARYING_TASKS = ("listops", "text", "retrieval")  # the others' sequences all have one length
 CHECKED_SECTIONS = ("task", "model", "attention")  # sections where an added key is refused (nothing reads it)
+NAME_KEYS = ("task.name", "attention.name", "tag", "experiment")  # settings that name a run folder's parts
 MAX_SEED = 2**32 - 1  # numpy's and Lightning's largest seed
+# Lightning's `precision` values (lightning_fabric's _PRECISION_INPUT)
+PRECISIONS = (64, 32, 16, "64", "32", "16", "bf16", "16-true", "16-mixed", "bf16-true", "bf16-mixed", "32-true",
+              "64-true", "transformer-engine", "transformer-engine-float16")
+CLIP_ALGORITHMS = ("norm", "value")
+TRAINED_COPIES = 4  # a parameter's float32 copies while training: itself, its gradient, AdamW's two moments
+NO_STEP_KEYS = ("max_epochs", "limit_train_batches", "max_steps")  # Lightning settings whose 0 trains no step
 # keys with a default in the schema (lra.settings): a config may lack them, so `+task.<key>=...` may add them
 OPTIONAL_KEYS = optional_keys()
 # a preset of conf/hydra/ -> (the plugin module it needs, the pip extra that installs it)
@@ -136,10 +145,59 @@ def check_optim(optim: dict[str, Any]) -> None:
             _integer(optim, "cycle_steps", 1)
     except UserError as err:
         raise UserError(f"task.optim.{err}") from None
+    if optim.get("schedule") not in SCHEDULES:
+        raise UserError(f"task.optim.schedule={optim.get('schedule')!r}: must be one of {', '.join(SCHEDULES)}")
     betas = optim.get("betas")
     if not (isinstance(betas, (list, tuple)) and len(betas) == 2
             and all(not isinstance(b, bool) and isinstance(b, (int, float)) and 0 <= b < 1 for b in betas)):
         raise UserError(f"task.optim.betas={betas!r}: must be two numbers in [0, 1), e.g. [0.9, 0.999]")
+
+
+def check_trainer(trainer: dict[str, Any]) -> None:
+    """Refuse the Lightning ``Trainer`` arguments that Lightning would reject only after the data loads, or take
+    without a word (a NaN clipping threshold clips nothing)."""
+    precision = trainer.get("precision")
+    if precision is not None and (isinstance(precision, bool) or precision not in PRECISIONS):
+        names = ", ".join(dict.fromkeys(map(str, PRECISIONS)))
+        raise UserError(f"trainer.precision={precision!r}: must be one of {names} (32-true on a CPU, bf16-mixed on "
+                        f"a GPU: trainer=cpu or trainer=gpu)")
+    clip = trainer.get("gradient_clip_val")
+    if clip is not None:
+        try:
+            _number(trainer, "gradient_clip_val", 0, strict=False)
+        except UserError as err:
+            raise UserError(f"trainer.{err} (or null: no clipping)") from None
+    algorithm = trainer.get("gradient_clip_algorithm")
+    if algorithm is not None and algorithm not in CLIP_ALGORITHMS:
+        raise UserError(f"trainer.gradient_clip_algorithm={algorithm!r}: must be null (norm), "
+                        f"{' or '.join(CLIP_ALGORITHMS)}")
+    if "accumulate_grad_batches" in trainer:
+        try:
+            _integer(trainer, "accumulate_grad_batches", 1)
+        except UserError as err:
+            raise UserError(f"trainer.{err}; to run each batch in parts use task.micro_batches=N instead, which "
+                            f"keeps task.batch_size the optimizer step's batch") from None
+
+
+def physical_memory() -> int | None:
+    """Bytes of memory this machine has, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(cfg: dict[str, Any], memory: int | None = None) -> None:
+    """Refuse a ``task.max_len`` whose learned position embedding alone (``max_len x model.dim`` float32 values,
+    with its gradient and AdamW's two moments) needs more memory than the machine has: the model would fail to
+    build, out of memory."""
+    memory = physical_memory() if memory is None else memory
+    max_len, dim = cfg["task"]["max_len"], cfg["model"]["dim"]
+    needed = TRAINED_COPIES * 4 * max_len * dim
+    if memory is not None and needed > memory:
+        raise UserError(f"task.max_len={max_len}: its position embedding alone (max_len x model.dim={dim} float32 "
+                        f"values, with gradient and AdamW moments) needs {needed / 2**30:,.0f} GiB, more than this "
+                        f"machine's {memory / 2**30:,.0f} GiB of memory; the task's file in conf/task/ has its length")
 
 
 def check_data_limit(limit: object) -> None:
@@ -154,6 +212,32 @@ def check_data_limit(limit: object) -> None:
         if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
             raise UserError(f"task.data.limit.{split}={count!r}: must be null (the whole split) or an integer "
                             f">= 1 (examples kept)")
+
+
+def setting(cfg: dict[str, Any], key: str) -> Any:
+    """The value of the dotted ``key`` in ``cfg`` (None where a section or the key is absent)."""
+    node: Any = cfg
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def check_name(key: str, value: object) -> None:
+    """A UserError when ``value`` of the setting ``key`` (one of ``NAME_KEYS``) is not one plain folder name."""
+    if value is None and key == "experiment":
+        return
+    if problem := folder_name_problem(str(value)):
+        raise UserError(f"{key}={str(value)!r} is not one plain folder name ({problem}); it names a part of the run "
+                        f"folder outputs/<task>/<attention>/seed<N>/<tag>, which must stay one folder there: use "
+                        f"letters, digits, '_', '-' and '.' (e.g. tag=my_study), or hydra.run.dir=DIR to choose the "
+                        f"folder")
+
+
+def check_names(cfg: dict[str, Any]) -> None:
+    """Refuse a task, attention, tag or experiment name that is not one plain folder name (``..``, a ``/``, a line
+    break, an escape character): the run folder would land outside ``outputs/`` or its name would not be one line."""
+    for key in NAME_KEYS:
+        check_name(key, setting(cfg, key))
 
 
 def check_seed(seed: object) -> None:
@@ -186,20 +270,36 @@ def check_processes(cfg: dict[str, Any]) -> None:
         micro_batch_size(cfg["task"], devices * nodes)
 
 
+def check_training_steps(cfg: dict[str, Any]) -> None:
+    """Lightning settings that train no step at all (``+trainer.max_epochs=0``, ``+trainer.limit_train_batches=0``,
+    ``trainer.max_steps=0``) are refused: the run would test an untrained model and, but for the check after
+    fitting (``lra.train.refuse_short_fit``), record it completed. A run is as long as ``task.max_steps``."""
+    for key in NO_STEP_KEYS:
+        value = cfg["trainer"].get(key)
+        if not isinstance(value, bool) and isinstance(value, (int, float)) and value == 0:
+            raise UserError(f"trainer.{key}={value!r} trains no step, so the run would only test an untrained model: "
+                            f"drop it; a run trains task.max_steps={cfg['task']['max_steps']} optimizer steps, and "
+                            f"task.max_steps=N (with task.eval_every) shortens it")
+
+
 def check_config(cfg: dict[str, Any]) -> None:
     """Every check of a resolved, complete config (``lra.settings.complete``) that needs no data and no torch:
     a setting every config sets and this one lacks, then each setting's range and relations, then the type the
     schema declares for the settings no range covers."""
     missing_settings(cfg)
+    check_names(cfg)
     check_seed(cfg["seed"])
     check_model(cfg["model"])
     check_task(cfg["task"])
     check_optim(cfg["task"]["optim"])
+    check_trainer(cfg["trainer"])
     check_data_limit(cfg["task"]["data"]["limit"])
     check_attention_options(cfg["attention"])
     check_experiment(cfg)
     check_types(cfg)
+    check_memory(cfg)
     check_processes(cfg)
+    check_training_steps(cfg)
 
 
 def check_added_keys(added: Iterable[str], reference: dict[str, Any]) -> None:

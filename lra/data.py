@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from data_prep.compact import CompactSplit, DataError, load_manifest, load_split, manifest_path
 
+from .data_identity import data_identity
 from .errors import UserError
 from .sampling import EpochSampler, LengthGroupedSampler
 from .settings import eval_batch_size, micro_batch_size
@@ -107,6 +108,11 @@ class CompactDataModule(pl.LightningDataModule):
             return load_manifest(self.task_dir, rebuild_cmd=self.rebuild_command())
         except DataError as err:
             raise UserError(str(err)) from None
+
+    def data_identity(self) -> dict[str, Any] | None:
+        """Which data this module reads: its manifest's split checksums (``lra.data_identity``), kept in the run's
+        checkpoints and record; None without a manifest (data made in memory)."""
+        return data_identity(self.task_dir)
 
     @property
     def vocab_size(self) -> int:

@@ -9,7 +9,11 @@ Importing this module registers the resolver, which ``conf/config.yaml`` uses in
   its ``run.lock`` is taken (so a second command into a busy folder changes nothing in it), a link where
   Hydra writes its log or configs is refused by name, and so is a folder holding a run of other settings
   (``lra.same_run``);
-- a sweep (``-m``): its ``multirun.yaml`` is filed under ``multirun/<time>.yaml``, each job's status and folder
+- each job of a sweep (``-m``): the same checks and lock when the job starts, after Hydra made its folder and
+  before anything is written in it: Hydra writes no ``.hydra/`` (``hydra.output_subdir: null``), this hook writes
+  it once the job owns the folder, and ``run.log`` (``RunLogHandler``) waits until then, so a refused job changes
+  nothing in another run's folder; a sweep over a name that is not one plain folder name is refused before any job;
+- a sweep: its ``multirun.yaml`` is filed under ``multirun/<time>.yaml``, each job's status and folder
   are listed in ``multirun/<time>.jobs.tsv``, printed at the end, and the sweep exits 1 unless every job
   completed.
 """
@@ -20,8 +24,11 @@ import atexit
 import contextlib
 import copy
 import errno
+import logging
 import os
 import sys
+import traceback
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -32,12 +39,13 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from .atomic import LinkRefused, NotWritable, check_writable, refuse_link
-from .checks import check_added_keys, check_config
+from .atomic import LinkRefused, NotWritable, check_writable, refuse_link, write_atomic
+from .checks import NAME_KEYS, check_added_keys, check_config, check_name, check_names
 from .config import CONF_DIR
 from .errors import UserError
 from .identity import IN_THE_PATH, flatten, where_or_how
 from .lock import run_folder_lock
+from .run_files import bounded_name
 from .same_run import refuse_other_run
 from .settings import complete
 
@@ -45,6 +53,8 @@ RANK_KEYS = ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID", "JSM_NAMESPACE_R
 FINE = ("completed", "already completed")  # job outcomes a sweep exits 0 with
 _job_status: str | None = None  # the outcome ``run.py`` noted for the job this process runs
 _locked: set[str] = set()  # run folders whose run.lock a hook of this process holds
+_refusal: str | None = None  # why the hook refused the sweep job this process runs
+HYDRA_SUBDIR = ".hydra"  # the run folder's copy of Hydra's configs
 
 
 def names_the_folder(override: Any, conf_dir: Path = CONF_DIR) -> bool:
@@ -74,13 +84,14 @@ def group_leaves(group: str, choice: str, conf_dir: Path) -> list[str]:
 
 def run_name(tag: str, overrides: Any) -> str:
     """``<tag>``, or ``<tag>,<overrides>`` for a run with other settings (the overrides that name the folder,
-    sorted, as typed): a sibling of the plain run's folder, never a folder inside it."""
+    sorted, as typed): a sibling of the plain run's folder, never a folder inside it. A name that would not fit
+    one folder name (over 255 bytes, a ``/`` in a value) ends in a digest of itself (``lra.run_files.bounded_name``)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     lines = [str(line) for line in overrides or []]
     parsed = OverridesParser.create().parse_overrides(lines)
     named = sorted(o.input_line for o in parsed if names_the_folder(o))
-    return ",".join([str(tag), *named])
+    return bounded_name(",".join([str(tag), *named]))  # over 255 bytes: a prefix and a digest of the whole
 
 
 if not OmegaConf.has_resolver("run_name"):
@@ -107,11 +118,29 @@ def added_keys_reference(overrides: list[str]) -> tuple[list[str], dict[str, Any
 
 
 def check_settings(config: dict[str, Any], task_overrides: list[str]) -> None:
-    """The settings check of a composed run config (``lra.checks``): a UserError naming the problem and the fix."""
+    """The settings check of a composed run config (``lra.checks``): a UserError naming the problem and the fix.
+    The folder's names first: an override that puts a line break in one no longer parses."""
+    check_names(config)
     added, reference = added_keys_reference(task_overrides)
     if reference is not None:
         check_added_keys(added, reference)
     check_config(config)
+
+
+def sweep_names(config: DictConfig) -> list[tuple[str, Any]]:
+    """``(key, value)`` for every value a sweep gives a setting that names a run folder's part (``NAME_KEYS``):
+    each value of a sweep over it (``tag=a,b``), else the sweep's config value."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides = OmegaConf.select(config, "hydra.overrides.task", default=None) or []
+    lines = OmegaConf.to_container(overrides, resolve=False) if overrides else []  # as typed: ${...} unresolved
+    parsed = OverridesParser.create().parse_overrides([str(line) for line in lines])
+    swept = {o.key_or_group: list(o.sweep_string_iterator()) for o in parsed if o.is_sweep_override()}
+    names = []
+    for key in NAME_KEYS:
+        values = swept.get(key) or [OmegaConf.select(config, key, default=None)]
+        names += [(key, value) for value in values]
+    return names
 
 
 def job_config(config: DictConfig) -> dict[str, Any]:
@@ -124,10 +153,59 @@ def job_config(config: DictConfig) -> dict[str, Any]:
 
 
 def hydra_files(config: DictConfig) -> list[str]:
-    """The files Hydra opens by name in a run folder (its log, its ``.hydra/`` configs)."""
-    subdir = config.hydra.output_subdir
-    configs = [f"{subdir}/{name}.yaml" for name in ("config", "hydra", "overrides")] if subdir else []
+    """The files Hydra's log and configs go to in a run folder (``run.log``, ``.hydra/``)."""
+    configs = [f"{hydra_subdir(config)}/{name}.yaml" for name in ("config", "hydra", "overrides")]
     return [f"{config.hydra.job.name}.log", *configs]
+
+
+def hydra_subdir(config: DictConfig) -> str | None:
+    """Where a run folder's Hydra configs go: ``hydra.output_subdir`` when set (Hydra writes them itself, at job
+    start), else ``.hydra`` (``conf/config.yaml``: written by ``write_hydra_files`` once the job owns the folder)."""
+    return config.hydra.output_subdir or HYDRA_SUBDIR
+
+
+def write_hydra_files(config: DictConfig, run_dir: Path) -> None:
+    """Hydra's ``.hydra/{config,hydra,overrides}.yaml`` in ``run_dir``, as Hydra writes them, atomically; only when
+    ``hydra.output_subdir`` is null (else Hydra wrote them)."""
+    if config.hydra.output_subdir is not None:
+        return
+    task = copy.deepcopy(config)
+    with read_write(task), open_dict(task):
+        del task["hydra"]
+    files = {"config": task, "hydra": OmegaConf.masked_copy(config, "hydra"), "overrides": config.hydra.overrides.task}
+    for name, node in files.items():
+        write_atomic(run_dir / HYDRA_SUBDIR / f"{name}.yaml", OmegaConf.to_yaml(node))
+
+
+def job_refusal() -> str | None:
+    """Why the hook refused the sweep job this process runs (``run.py`` reports it and skips the job), or None."""
+    return _refusal
+
+
+class RunLogHandler(logging.FileHandler):
+    """Hydra's job log (``run.log``, ``conf/config.yaml``): opened only once the job owns its folder (rank zero
+    holds its lock; other ranks write as before), so a refused sweep job neither creates nor appends to another
+    run's log. Records from before are kept (up to ``WAITING``) and written first; a refused job's are dropped."""
+
+    WAITING = 1000
+
+    def __init__(self, filename: str = os.devnull, mode: str = "a", encoding: str | None = None, delay: bool = True,
+                 errors: str | None = None) -> None:  # no filename: a job_logging preset without the file handler
+        super().__init__(filename, mode, encoding, delay=True, errors=errors)
+        self.waiting: list[logging.LogRecord] = []
+
+    def owned(self) -> bool:
+        return not is_rank_zero() or holds_lock(Path(self.baseFilename).parent)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.owned():
+            if len(self.waiting) < self.WAITING:
+                self.waiting.append(record)
+            return
+        waiting, self.waiting = self.waiting, []
+        for earlier in waiting:
+            super().emit(earlier)
+        super().emit(record)
 
 
 def refuse(message: str) -> None:
@@ -163,8 +241,35 @@ class RunHooks(Callback):
     """See the module docstring."""
 
     def __init__(self) -> None:
-        self.lock = contextlib.ExitStack()
+        self.lock = contextlib.ExitStack()  # the folder a single run or the current sweep job holds
         self.started: datetime | None = None
+
+    def guard(self, config: DictConfig, folder: Callable[[], Path]) -> str | None:
+        """Check the job's settings, then take the lock of its run folder (``folder()``, named by those settings;
+        held in ``self.lock``) before anything is written there; the refusal's message, or None when the job owns
+        the folder now."""
+        job = job_config(config)
+        elsewhere = "write this run elsewhere with hydra.run.dir=DIR"
+        run_dir = Path()
+        try:
+            check_settings(job, list(config.hydra.overrides.task))
+            run_dir = folder()
+            check_writable(run_dir, elsewhere)
+            self.lock.enter_context(run_folder_lock(run_dir))
+            _locked.add(os.path.realpath(run_dir))
+            self.lock.callback(_locked.discard, os.path.realpath(run_dir))
+            for name in hydra_files(config):
+                refuse_link(run_dir / name)
+            refuse_other_run(job, run_dir)  # before .hydra/config.yaml of the run it holds is rewritten
+        except (UserError, NotWritable, LinkRefused) as err:
+            self.lock.close()
+            return str(err)
+        except OSError as err:
+            self.lock.close()
+            if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            return str(NotWritable.of(run_dir, err.strerror, elsewhere))  # it became read-only after the check
+        return None
 
     # a single run
 
@@ -172,26 +277,13 @@ class RunHooks(Callback):
         if not is_rank_zero():  # a DDP worker: rank zero checked and locked the folder
             return
         HydraConfig.instance().set_config(config)
-        job = job_config(config)
         try:
-            check_settings(job, list(config.hydra.overrides.task))
-        except UserError as err:
-            refuse(str(err))
-        run_dir, elsewhere = Path(str(config.hydra.run.dir)), "write this run elsewhere with hydra.run.dir=DIR"
-        try:
-            check_writable(run_dir, elsewhere)
-            self.lock.enter_context(run_folder_lock(run_dir))
-            _locked.add(os.path.realpath(run_dir))
-            self.lock.callback(_locked.discard, os.path.realpath(run_dir))
-            for name in hydra_files(config):
-                refuse_link(run_dir / name)
-            refuse_other_run(job, run_dir)  # before Hydra overwrites .hydra/config.yaml of the run it holds
-        except (UserError, NotWritable, LinkRefused) as err:
-            refuse(str(err))
-        except OSError as err:
-            if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
-                raise
-            refuse(str(NotWritable.of(run_dir, err.strerror, elsewhere)))  # it became read-only after the check
+            refusal = self.guard(config, lambda: Path(str(config.hydra.run.dir)))
+        except Exception:  # Hydra would only warn, and go on to write into a folder nobody checked
+            traceback.print_exc()
+            sys.exit(1)
+        if refusal is not None:
+            refuse(refusal)
         atexit.register(self.lock.close)  # run.py exits from inside the job on errors: on_run_end never comes
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
@@ -200,16 +292,36 @@ class RunHooks(Callback):
     # a sweep
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:  # before any job: Hydra makes each job's folder, named by these, before a job's hook can refuse it
+            for key, value in sweep_names(config):
+                check_name(key, value)
+        except UserError as err:
+            refuse(str(err))
         self.started = datetime.now()
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        global _refusal
         note_job("failed")  # until run.py says otherwise
+        _refusal = None
+        run_dir = Path(config.hydra.runtime.output_dir)
         if config.hydra.mode == RunMode.MULTIRUN:
             file_sweep_config(Path(config.hydra.sweep.dir), self.started)
+            if is_rank_zero():  # Hydra made the folder; its files wait until the job owns it (RunLogHandler)
+                try:
+                    _refusal = self.guard(config, lambda: run_dir)
+                except Exception:  # not a user error: the job fails, as it would in run.py, and writes nothing
+                    _refusal = f"the run folder's check failed:\n{traceback.format_exc()}"
+                if _refusal is not None:
+                    note_job("refused")
+                    return
+                atexit.register(self.lock.close)
+        if is_rank_zero() and holds_lock(run_dir):
+            write_hydra_files(config, run_dir)
 
     def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
         if config.hydra.mode != RunMode.MULTIRUN or not is_rank_zero():
             return
+        self.lock.close()  # the job's folder
         escaped = job_return is not None and job_return.status == JobStatus.FAILED  # raised out of run.py
         status = "failed" if escaped else _job_status or "failed"
         line = f"{status}\t{config.hydra.runtime.output_dir}\n"

@@ -5,9 +5,10 @@ refusal of a resume or a completed folder of other settings (``lra.same_run``), 
 the analyses' reuse-or-train (``analyses._runs``), the microscope's model cache and the analyses' finished cells.
 
 A setting belongs to the identity unless ``WHERE_OR_HOW`` lists it (or a section above it): where the data and the
-outputs live, how fast a run loads, evaluates or recomputes, in how many parts it computes a batch, on which
-devices it runs and what it prints. A Lightning setting nobody listed counts (a folder too many is harmless; a
-shared folder is not). Null counts as absent, so a key added to ``conf/`` later with a null default changes nothing.
+outputs live, how fast a run loads, evaluates or recomputes, on which devices it runs and what it prints. In how
+many parts it computes a batch (``task.micro_batches``) counts: each part draws its own dropout masks. A Lightning
+setting nobody listed counts (a folder too many is harmless; a shared folder is not). Null counts as absent, so a
+key added to ``conf/`` later with a null default changes nothing, and so does ``ABSENT_AT``'s value of a key.
 No torch here: ``run.py`` names the folder before torch loads.
 """
 
@@ -25,12 +26,18 @@ WHERE_OR_HOW = (
     "tag", "experiment",  # names: the folder's; an experiment is a preset whose values are the other keys
     "data_dir", "task.data.root", "checkpoint", "rerun", "analysis",  # where; whether to redo; who asked
     "task.data.num_workers", "task.data.generate.workers", "task.data.eval_batch_size",  # loading, evaluating
-    "task.micro_batches", "model.checkpoint_blocks", "reuse_freed_memory",  # memory: the same numbers
+    "model.checkpoint_blocks", "reuse_freed_memory",  # memory: the same numbers (a recomputed block redraws its masks
+    # as they were)
     "flush_subnormals",  # numbers below 1.18e-38 as 0: the last bits at most, as between two CPUs
     "trainer.accelerator", "trainer.devices", "trainer.num_nodes", "trainer.strategy",  # where it runs
     "trainer.enable_progress_bar", "trainer.log_every_n_steps", "trainer.enable_model_summary",  # what it prints
     "trainer.detect_anomaly",  # checks every backward: slower, the same numbers
 )
+# settings that joined the identity later, at the value every run before then had: that value counts as absent, so
+# the digests of those runs (the analyses' run folders, the microscope's cache) stay. task.micro_batches: a batch in
+# n parts draws other dropout masks than the whole batch (each part its own, on a device's own generator too), so
+# under dropout n changes the numbers, though not what a step averages over.
+ABSENT_AT = {"task.micro_batches": 1}
 IN_THE_PATH = ("task", "attention", "seed")  # outputs/<task>/<attention>/seed<seed>/<tag>: named already
 ABSENT = "<absent>"
 DIGEST_LENGTH = 12
@@ -56,10 +63,16 @@ def flatten(node: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def identity(config: Mapping[str, Any]) -> dict[str, Any]:
     """The settings of a resolved run config that change what it computes, as ``{"task.optim.lr": 0.001, ...}``
-    sorted by key: everything but ``WHERE_OR_HOW`` and null values, an optional setting left out counting as its
-    default (``lra.settings.complete``)."""
+    sorted by key: everything but ``WHERE_OR_HOW``, null values and ``ABSENT_AT``'s, an optional setting left out
+    counting as its default (``lra.settings.complete``)."""
     flat = flatten(complete(dict(config)))
-    return {key: flat[key] for key in sorted(flat) if flat[key] is not None and not where_or_how(key)}
+    return {key: flat[key] for key in sorted(flat) if counts(key, flat[key])}
+
+
+def counts(key: str, value: Any) -> bool:
+    """Whether the setting ``key = value`` is part of a run's identity: not null, not where-or-how, and not at the
+    value that stands for its absence (``ABSENT_AT``)."""
+    return value is not None and not where_or_how(key) and not (key in ABSENT_AT and value == ABSENT_AT[key])
 
 
 def digest(value: Any, length: int = DIGEST_LENGTH) -> str:

@@ -102,3 +102,34 @@ def live_holder(run_dir: Path) -> int | None:
     except (OSError, ValueError, KeyError, TypeError):  # no file or a field missing (None), or no such process
         return None
     return pid
+
+
+def in_use(path: str | Path) -> bool:
+    """Whether a live process holds ``flock`` on ``path`` (a file or a folder): the writer of a temporary file
+    (``lra.atomic``) or a staging folder (``data_prep.staging``) holds it while it writes, and the kernel drops it
+    when that process ends, however it ends. A path that cannot be opened is taken to be in use (left alone)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:  # a file system without flock: nobody can be told apart, so nothing is taken for dead
+        return True
+    finally:
+        os.close(fd)  # also drops the lock this test took
+    return False
+
+
+@contextlib.contextmanager
+def holding(path: str | Path) -> Iterator[None]:
+    """Hold ``flock`` on ``path`` (a folder or file this process made) for the duration of the block, so that
+    ``in_use`` says it is this live process's."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

@@ -17,6 +17,7 @@ import attention_zoo
 
 from . import rng_state
 from .attention_options import check_type
+from .data_identity import CHECKPOINT_KEY
 from .errors import UserError
 from .machine import describe
 from .model import ClassifierHead, Encoder
@@ -167,6 +168,15 @@ class ClassificationModule(pl.LightningModule):
         rng_state.add_to(checkpoint, self)  # dropout masks continue exactly on resume (all ranks get here)
         checkpoint["run_progress"] = {"fit_seconds": self.fit_seconds(), "train_tokens": self.train_tokens,
                                       "segments": self.segments}
+        if (data := self.data_identity()) is not None:  # a resume on other data is refused (lra.same_run)
+            checkpoint[CHECKPOINT_KEY] = data
+
+    def data_identity(self) -> dict[str, Any] | None:
+        """The identity of the data this run trains on (``lra.data_identity``: its split files' checksums), from the
+        trainer's data module; None outside a trainer or for data made in memory."""
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        identify = getattr(datamodule, "data_identity", None)
+        return identify() if callable(identify) else None
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self._trainer is not None:  # None where a checkpoint is loaded outside a run (analyses): no draws

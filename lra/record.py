@@ -55,6 +55,7 @@ class RunRecord(RunIdentity, total=False):
     best_checkpoint: str | None
     steps: int
     segments: list[dict[str, Any]]  # each training segment (the first, each resume): from_step and its machine
+    data: dict[str, Any]  # the data it trained on: its folder and split files' SHA-256 (lra.data_identity)
     retagged_from: str  # the tag it was made under, where a later commit moved it to the tag of its protocol
 
 

@@ -27,7 +27,7 @@ from .record import DEFAULT_TAG
 
 IMPLICIT = {"task.optim.schedule": "linear", "model.attention_dropout": 0.0,
             "task.data.generate.contour_length": 14, "task.data.generate.close_brackets": True,
-            "task.batching": "random", "task.batching_pool": 50}
+            "task.batching": "random", "task.batching_pool": 50, "task.micro_batches": 1}
 
 
 def with_implicit(settings: dict[str, Any], section: str) -> dict[str, Any]:
@@ -58,9 +58,10 @@ def experiment_for(tag: str, conf_dir: str | Path | None = None) -> str | None:
         return None
     if tag == DEFAULT_TAG:
         return ""
-    if (conf_dir / "experiment" / f"{tag}.yaml").is_file():
-        return tag
-    return None
+    try:
+        return tag if (conf_dir / "experiment" / f"{tag}.yaml").is_file() else None
+    except OSError:  # a name too long for a file (a config-drift section of many settings) is no experiment's
+        return None
 
 
 def old_experiment_spelling(argv: Iterable[str]) -> str | None:

@@ -8,17 +8,59 @@ outputs/>/`` (``metrics.csv`` there). Both the tables (``results``) and the anal
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from pathlib import Path
 
 COMMITTED_RUNS = Path(__file__).resolve().parents[1] / "results" / "runs"
 METRICS_NAMES = ("csv/metrics.csv", "metrics.csv")  # a run folder (Lightning's CSVLogger), an archived run
+SET_ASIDE = "replaced"  # rerun=true moves a finished run's outputs to <run folder>/replaced/<time>/ (lra.train)
 
 
 def metrics_path(record_path: str | Path) -> Path | None:
     """The ``metrics.csv`` beside a ``result.json`` (in a run folder or an archived copy), or None."""
     folder = Path(record_path).parent
     return next((folder / name for name in METRICS_NAMES if (folder / name).is_file()), None)
+
+
+NAME_MAX = 255  # bytes in one file or folder name (Linux, macOS)
+
+
+def folder_name_problem(text: str) -> str | None:
+    """Why ``text`` is not one plain file or folder name (empty, ``.`` or ``..``, a ``/``, a line break or other
+    control character, over ``NAME_MAX`` bytes), else None."""
+    if text in ("", ".", ".."):
+        return "empty" if not text else f"{text!r} names a folder that exists already (this one or its parent)"
+    if "/" in text or (os.sep != "/" and os.sep in text):
+        return "it holds a '/', so it would be several folders"
+    if not text.isprintable():
+        return "it holds a character that is not printable (a line break, an escape, a control character)"
+    if len(text.encode("utf-8", "surrogatepass")) > NAME_MAX:
+        return f"{len(text.encode('utf-8', 'surrogatepass'))} bytes, over the {NAME_MAX} a file system takes"
+    return None
+
+
+def is_set_aside(record_path: str | Path) -> bool:
+    """Whether a ``result.json`` is a set-aside one, ``<run folder>/replaced/<time>/result.json``: the record of a
+    run that ``rerun=true`` replaced, never its folder's result (the tables neither average nor archive it)."""
+    return Path(os.path.abspath(record_path)).parent.parent.name == SET_ASIDE  # `./result.json` read from inside too
+
+
+DIGEST_CHARS = 12  # hex digits of the SHA-256 that end a name cut to fit (as lra.identity.digest)
+
+
+def bounded_name(name: str, limit: int = NAME_MAX) -> str:
+    """``name`` as one file or folder name of at most ``limit`` bytes: unchanged when it is one already; else a
+    readable prefix (a ``/`` or an unprintable character made ``_``) and ``~`` plus the first ``DIGEST_CHARS`` hex
+    digits of the whole name's SHA-256, so two long names never share a folder."""
+    if folder_name_problem(name) is None and len(name.encode("utf-8", "surrogatepass")) <= limit:
+        return name
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:DIGEST_CHARS]
+    readable = re.sub(r"/", "_", "".join(c if c.isprintable() else "_" for c in name))
+    room = limit - len(digest) - 1
+    prefix = readable.encode("utf-8", "surrogatepass")[:room].decode("utf-8", "ignore")
+    return f"{prefix}~{digest}"
 
 
 def name_part(value: object, field: str) -> str:

@@ -6,6 +6,9 @@ A folder holds a run through its completed ``result.json`` (its ``config``) or, 
 rate, model size or trainer limit, and a completed record answered for other settings (``tag=quick`` without
 ``experiment=quick``), become one error naming the differing keys and the two ways out. Checkpoints and records
 written before a setting existed compare with the value they used implicitly (``lra.record_compat.IMPLICIT``).
+The data counts too, though ``data_dir`` does not: a folder's checkpoint and record keep the checksums of the split
+files it trained on (``lra.data_identity``), and a command whose data folder holds other examples is refused the
+same way (``data: <trained on> -> <now>``), so a resume never trains on a mix of two data sets.
 No torch is imported unless the folder has a ``last.ckpt`` and no completed record.
 """
 
@@ -15,11 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .data_identity import data_identity, describe_data, other_data, task_data_dir
 from .errors import UserError
 from .identity import describe, differences
 from .record import RECORD_NAME, completed_record
 
 LAST = Path("checkpoints") / "last.ckpt"
+DATA = "data"  # the key of a data change among the settings' (``changes_from``)
 
 
 @dataclass(frozen=True)
@@ -31,42 +36,70 @@ class HeldRun:
     config: dict[str, Any] | None  # None: a checkpoint without a saved config, or one that cannot be read
     step: int | None = None
     record: dict[str, Any] | None = None  # the completed record
+    data: dict[str, Any] | None = None  # the data it trained on (lra.data_identity); None: unknown (older runs)
 
 
 def held_run(run_dir: Path) -> HeldRun | None:
     """The run ``run_dir`` holds, or None for an empty folder (or one whose unfinished run left no checkpoint)."""
     run_dir = Path(run_dir)
-    if (record := completed_record(run_dir)) is not None:
+    if (record := readable_record(run_dir)) is not None:
         config = record.get("config")
-        return HeldRun(True, run_dir / RECORD_NAME, config if isinstance(config, dict) else {}, record=record)
+        return HeldRun(True, run_dir / RECORD_NAME, config if isinstance(config, dict) else {}, record=record,
+                       data=record.get("data"))
     if (run_dir / LAST).exists():
         from .checkpoints import resume_point  # torch: only for a folder with a checkpoint to resume
 
         try:
-            step, config = resume_point(run_dir / LAST)
+            point = resume_point(run_dir / LAST)
         except UserError:  # damaged: the run names it, with the way out, when it resumes (lra.train)
             return HeldRun(False, run_dir / LAST, None)
-        return HeldRun(False, run_dir / LAST, config, step)
+        return HeldRun(False, run_dir / LAST, point.config, point.step, data=point.data)
     return None
 
 
+def readable_record(run_dir: Path) -> dict[str, Any] | None:
+    """``completed_record(run_dir)``; a ``result.json`` nested too deeply for Python's JSON reader is a UserError
+    naming it (not a record this suite wrote: another run's folder, or a damaged file)."""
+    try:
+        return completed_record(run_dir)
+    except RecursionError:
+        path = Path(run_dir) / RECORD_NAME
+        raise UserError(f"{path} is nested too deeply to read, so it is not a record this suite wrote: move it away "
+                        f"(mv {path} {path}.bad) or give this run another folder (hydra.run.dir=DIR)") from None
+
+
+def current_data(cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """The identity of the data ``cfg`` points at, when it is prepared (``lra.data_identity``)."""
+    try:
+        return data_identity(task_data_dir(cfg))
+    except (KeyError, TypeError):  # a config without a data root: nothing to compare
+        return None
+
+
+def data_change(trained: Any, now: Any) -> list[tuple[str, Any, Any]]:
+    """``[("data", what it trained on, what is there now)]`` when the two hold other examples, else ``[]``."""
+    return [(DATA, describe_data(trained), describe_data(now))] if other_data(trained, now) else []
+
+
 def changes_from(held: HeldRun | None, cfg: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """How ``cfg`` differs from the held run's settings (none for an empty folder or a checkpoint without a
-    saved config)."""
-    if held is None or held.config is None:
+    """How ``cfg`` differs from the held run: its settings (none for an empty folder or a checkpoint without a
+    saved config), then its data (``DATA``: when both are known and hold other examples)."""
+    if held is None:
         return []
-    return differences(held.config, cfg)
+    settings = [] if held.config is None else differences(held.config, cfg)
+    return settings + data_change(held.data, current_data(cfg))
 
 
 def other_run_message(run_dir: Path, held: HeldRun, changes: list[tuple[str, Any, Any]],
                       cfg: dict[str, Any] | None = None) -> str:
     """What the folder holds, how ``cfg`` differs from it (``key: its value -> this one``), and the ways out."""
     where = held.source.relative_to(run_dir)
+    other = other_what(changes)
     if held.completed:
-        what, own = f"a completed run of other settings ({where})", ""
+        what, own = f"a completed run of {other} ({where})", ""
     else:
-        what = f"an unfinished run of other settings ({where}, step {held.step})"
-        own = "rerun it with its own settings to resume it; "
+        what = f"an unfinished run of {other} ({where}, step {held.step})"
+        own = f"rerun it with its own {resume_with(changes, held)} to resume it; "
     experiments = (held.config or {}).get("experiment"), (cfg or {}).get("experiment")
     hint = ""
     if experiments[0] != experiments[1]:
@@ -75,6 +108,29 @@ def other_run_message(run_dir: Path, held: HeldRun, changes: list[tuple[str, Any
     return (f"{run_dir} holds {what}: {describe(changes)}{hint}. Either {own}give this run a folder of its own "
             f"(tag=<name>, an override that names one, or hydra.run.dir=DIR); or add rerun=true to train this folder "
             f"again with these settings (its outputs move to replaced/)")
+
+
+def other_what(changes: list[tuple[str, Any, Any]]) -> str:
+    """``"other settings"``, ``"other data"`` or both, as ``changes`` say."""
+    kinds = [kind for kind, found in (("settings", any(key != DATA for key, _, _ in changes)),
+                                      ("data", any(key == DATA for key, _, _ in changes))) if found]
+    return "other " + " and ".join(kinds)
+
+
+def resume_with(changes: list[tuple[str, Any, Any]], held: HeldRun) -> str:
+    """What a resume needs back: its settings, and its data (``data_dir=...``, the folder it trained on)."""
+    if not any(key == DATA for key, _, _ in changes):
+        return "settings"
+    data_dir = (held.config or {}).get("data_dir")
+    data = f"data (data_dir={data_dir})" if data_dir else "data"
+    return data if len(changes) == 1 else f"settings and {data}"
+
+
+def refuse_other_data(cfg: dict[str, Any], run_dir: Path, held: HeldRun, now: dict[str, Any] | None) -> None:
+    """A UserError when the data ``cfg`` reads (``now``, just prepared) holds other examples than ``held`` trained
+    on: the check of ``refuse_other_run`` for data that was not there yet when it ran."""
+    if changes := data_change(held.data, now):
+        raise UserError(other_run_message(Path(run_dir), held, changes, cfg))
 
 
 def refuse_other_run(cfg: dict[str, Any], run_dir: Path) -> HeldRun | None:

@@ -25,9 +25,7 @@ from typing import Any
 
 import torch
 
-from .settings import Optim, complete
-
-SCHEDULES = ("linear", "constant", "rsqrt", "cosine", "onecycle")
+from .settings import SCHEDULES, Optim, complete
 
 
 def linear(step: int, warmup: int, total: int) -> float:

@@ -28,6 +28,9 @@ from .errors import UserError
 log = logging.getLogger(__name__)
 
 
+SCHEDULES = ("linear", "constant", "rsqrt", "cosine", "onecycle")  # task.optim.schedule (lra/schedules.py)
+
+
 def at_least(low: int) -> dict[str, int]:
     return {"min": low}
 
@@ -63,7 +66,7 @@ class Task:
 
     name: str
     max_len: int
-    num_classes: int = field(metadata=at_least(1))
+    num_classes: int = field(metadata=at_least(2))  # one class is nothing to learn (and cross-entropy is 0)
     batch_size: int  # the optimizer step's examples over all processes (DDP ranks split it)
     micro_batches: int  # each batch as that many accumulated parts: less memory, the same gradient
     batching: str  # random | length_grouped (lra/sampling.py)

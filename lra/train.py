@@ -27,15 +27,18 @@ from .checkpoints import RunFolderCheckpoint, RunFolderCheckpointIO, not_a_link,
 from .checks import check_config
 from .disk import disk_full, full_disk_error
 from .errors import Diverged, UserError
+from .leftovers import remove_leftovers
 from .lock import run_folder_lock
 from .loggers import ResumableCSVLogger
 from .record import INTERRUPTED, RECORD_NAME, new_record, now, write_json_atomic
-from .same_run import changes_from, refuse_other_run
+from .same_run import HeldRun, changes_from, refuse_other_data, refuse_other_run
 from .settings import complete
 from .subnormals import flush_subnormals
 from .threads import FreeCoreThreads
 
 log = logging.getLogger(__name__)
+# Lightning settings that can end fitting before max_steps (named when one did: refuse_short_fit)
+EARLY_STOPS = ("max_epochs", "limit_train_batches", "max_time")
 # Lightning messages that do not apply to these runs: resuming into a folder with checkpoints is the point;
 # the data position is restored by the DataModule (lra.data), which Lightning cannot see; a torch deprecation
 # inside Lightning itself
@@ -67,6 +70,7 @@ class Progress:
     def __init__(self):
         self.model: pl.LightningModule | None = None
         self.trainer: pl.Trainer | None = None
+        self.data: dict[str, Any] | None = None  # the data it trains on (lra.data_identity), once it is prepared
         self.fitted: dict[str, Any] | None = None  # frozen when fitting ends: testing reloads the counters
 
     def freeze(self) -> dict[str, Any]:
@@ -78,11 +82,12 @@ class Progress:
         """The record's progress fields; none before the model and trainer exist."""
         if self.fitted is not None:
             return self.fitted
+        data = {} if self.data is None else {"data": self.data}
         if self.model is None or self.trainer is None:
-            return {}
+            return data
         fit_time = self.model.fit_seconds()
         tokens = self.model.train_tokens * self.trainer.world_size
-        return {"fit_time_s": fit_time, "earlier_segments_s": self.model.fit_seconds_before,
+        return {**data, "fit_time_s": fit_time, "earlier_segments_s": self.model.fit_seconds_before,
                 "tokens_per_s": tokens / fit_time if fit_time > 0 else None,
                 "steps": self.trainer.global_step, "segments": list(self.model.segments)}
 
@@ -102,9 +107,15 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path, progress: Progress | None =
     ckpt_dir = run_dir / "checkpoints"
     resume = ckpt_dir / "last.ckpt"
     resume = resume if resume.exists() and not cfg["trainer"].get("fast_dev_run") else None
-    start_step = resume_point(resume)[0] if resume else 0  # a damaged last.ckpt is named before any work
+    point = resume_point(resume) if resume else None  # a damaged last.ckpt is named before any work
+    start_step = point.step if point else 0
     built = build(cfg)  # a bad attention option fails before any data work
     datamodule, model = built.datamodule, built.model
+    progress = Progress() if progress is None else progress
+    progress.data = datamodule.data_identity()
+    if point is not None:  # data prepared only now (lra.same_run compared what was there before)
+        refuse_other_data(cfg, run_dir, HeldRun(False, resume, point.config, point.step, data=point.data),
+                          progress.data)
     checkpoint = RunFolderCheckpoint(dirpath=ckpt_dir, monitor="val/acc", mode="max", save_top_k=1,
                                      filename="best-step{step}", auto_insert_metric_name=False)
     loggers = [TensorBoardLogger(run_dir, name="tensorboard", version=""),
@@ -127,12 +138,12 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path, progress: Progress | None =
                                              enable_version_counter=False))
     trainer = pl.Trainer(**built.trainer_arguments, callbacks=callbacks, logger=loggers, default_root_dir=run_dir,
                          plugins=[RunFolderCheckpointIO()])
-    progress = Progress() if progress is None else progress
     progress.model, progress.trainer = model, trainer
     if resume:
         log.info("resuming from %s (step %d)", resume, start_step)
     trainer.fit(model, datamodule=datamodule, ckpt_path=str(resume) if resume else None, weights_only=True)
     fitted = progress.freeze()  # testing reloads the best checkpoint's progress counters: read them now
+    refuse_short_fit(trainer, cfg)
     best = checkpoint.best_model_path or None
     val_acc = checkpoint.best_model_score if best else trainer.callback_metrics.get("val/acc")
     tested = trainer.test(model, datamodule=datamodule, ckpt_path=best, weights_only=True)[0]
@@ -147,6 +158,23 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path, progress: Progress | None =
         "best_checkpoint": best,
         **fitted,
     }
+
+
+def refuse_short_fit(trainer: pl.Trainer, cfg: dict[str, Any]) -> None:
+    """A UserError when fitting ended before the run's step bound (``trainer.max_steps``: ``task.max_steps`` unless
+    overridden), or with no step where it has none: a Lightning limit such as ``+trainer.max_epochs=1`` or
+    ``+trainer.max_time=...`` stopped it, and a model trained fewer steps than its run asks for is not that run, so
+    it is neither tested nor recorded ``completed`` (the record says ``failed``, with this message). A debug run
+    (``trainer.fast_dev_run``) is as long as Lightning makes it."""
+    bound, done = trainer.max_steps, trainer.global_step
+    if cfg["trainer"].get("fast_dev_run") or (done >= bound if bound > 0 else done > 0):
+        return
+    limits = [f"trainer.{key}={cfg['trainer'][key]}" for key in EARLY_STOPS if cfg["trainer"].get(key) is not None]
+    cause = ", ".join(limits) or "a Lightning setting or callback"
+    where = f"at step {done} of {bound}" if bound > 0 else "before its first step"
+    raise UserError(f"training stopped {where} because of {cause}, so the run is not complete (recorded failed, not "
+                    f"tested): drop {'that setting' if limits else 'the limit'}; to shorten a run set task.max_steps=N "
+                    f"(with task.eval_every)")
 
 
 RUN_OUTPUTS = (RECORD_NAME, "checkpoints", "csv", "tensorboard")
@@ -184,6 +212,8 @@ def run(cfg: dict[str, Any], run_dir: Path, *, locked: bool = False) -> dict[str
             return {**held.record, "already_completed": True}
         if held is not None and (held.completed or changes_from(held, cfg)) and rank_zero_only.rank == 0:
             log.info("rerun=true: the earlier run's outputs moved to %s", set_aside(run_dir))
+        if rank_zero_only.rank == 0:
+            remove_leftovers(run_dir)  # what a run killed with kill -9 left (lra.leftovers)
         return train_and_record(cfg, run_dir)
 
 

@@ -9,7 +9,8 @@ against), `lra.csv` (wide: `<task>_{mean,std,n}` in percent, then per published 
 `<task>_delta_<reference>` = ours − published), `lra.md` (best per column in bold, published columns and deltas
 beside ours, runs not averaged with the reason: failed, duplicate, config drift, ...), `lra.tex` (booktabs, one
 table per tag), PNG plots and, with `--html`, the leaderboard page `index.html` (+ `index_files/`, see
-`results.html`); prints the markdown. Nothing is written when no usable record is found.
+`results.html`; `--run-figures` adds each run's own learning curve, a second or so per run); prints the markdown.
+Nothing is written when no usable record is found.
 Analysis records (`kind: analysis`, from `analyses`) become `<analysis>.{csv,md}` each.
 """
 
@@ -74,7 +75,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="also list published methods we have no run of")
     parser.add_argument("--html", action="store_true",
                         help="also write the leaderboard page: index.html and index_files/ (see results.html)")
+    parser.add_argument("--run-figures", action="store_true",
+                        help="with --html, also draw every run's own learning curve in its block (about a second a "
+                             "run; without it each table's runs share one figure)")
     args = parser.parse_args(argv)
+    if args.run_figures and not args.html:
+        parser.error("--run-figures draws figures of the page: give --html with it")
     if args.committed and (args.roots or args.out):
         parser.error("--committed reads results/runs and writes results/tables; give no RUN_ROOT or --out with it")
     args.roots = [COMMITTED_ROOT] if args.committed else (args.roots or list(USER_ROOTS))
@@ -143,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     write_atomic(out / "lra.tex", to_latex(summary, references))
     plots = write_plots(summary, long, out)
     print(markdown, end="")
-    site = write_site(out, summary, long, problems, frames, args.roots, shared) if args.html else []
+    site = write_site(out, summary, long, problems, frames, args.roots, shared, args.run_figures) if args.html else []
     written = [out / "runs.csv", out / "lra.csv", out / "lra.md", out / "lra.tex", *plots, *site]
     print(f"wrote {', '.join(map(str, written))}", file=sys.stderr)
     return 0

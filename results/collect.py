@@ -17,7 +17,7 @@ import pandas as pd
 from lra.config import CONF_DIR
 from lra.record import ANALYSIS_KIND, INTERRUPTED, RECORD_NAME, REQUIRED_FIELDS, AnalysisRecord, RunRecord
 from lra.record_compat import recorded_experiment
-from lra.run_files import COMMITTED_RUNS
+from lra.run_files import COMMITTED_RUNS, SET_ASIDE, is_set_aside
 from results.machines import device_kind, machine_summary
 from results.protocol import (
     SECTION_SEP,
@@ -40,6 +40,7 @@ COLUMNS = [
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # an analysis or published-table name: one plain file stem
 REFERENCE_DIR = Path(__file__).with_name("reference")
 MAX_SEED = 2**32 - 1  # the largest seed run.py accepts (numpy's)
+SHORT = "short"  # status and problem kind of a record that says completed after fewer steps than it was to train
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,9 @@ class Problem:
     """A record that is not averaged: unreadable, failed, superseded, lacking a value or holding a bad one.
 
     `kind` is one of "malformed", "failed", "unfinished" (interrupted, its last.ckpt saved: rerunning resumes it),
-    "duplicate", "config drift", "missing test_acc", "bad value";
+    "short" (recorded completed after fewer steps than its config asks: `short_of_steps`), "duplicate",
+    "config drift", "missing test_acc", "bad value", "set aside" (a record ``rerun=true`` moved to
+    ``<run folder>/replaced/<time>/``: never a row of the tables, listed only);
     `tag` and `run` ("task/attention/seed N") are None/"" when the record could not be read.
     """
 
@@ -62,15 +65,26 @@ class MalformedRecord(ValueError):
     """Raised for a `result.json` that is not valid JSON or lacks a required field."""
 
 
+def records_under(root: Path) -> list[Path]:
+    """`result.json` paths in `root` and its folders, except hidden ones (a name starting with "."): a writer's
+    staging folder (`results.archive` builds a record and its curve there before they replace the old pair)."""
+    under = []
+    for dirpath, folders, names in os.walk(root):
+        folders[:] = [name for name in folders if not name.startswith(".")]
+        if RECORD_NAME in names:
+            under.append(Path(dirpath) / RECORD_NAME)
+    return under
+
+
 def find_records(roots: list[str | Path]) -> list[Path]:
-    """`result.json` paths under `roots`, root by root (sorted within each), each file once; a root that is a
-    file counts as itself."""
+    """`result.json` paths under `roots` (`records_under`), root by root (sorted within each), each file once; a
+    root that is a file counts as itself."""
     found: dict[Path, Path] = {}
     for root in map(Path, roots):
         if root.is_file():
             found.setdefault(Path(os.path.realpath(root)), root)
         elif root.is_dir():
-            under = [Path(dirpath) / RECORD_NAME for dirpath, _, names in os.walk(root) if RECORD_NAME in names]
+            under = records_under(root)
             for path in sorted(under):
                 found.setdefault(Path(os.path.realpath(path)), path)
     return list(found.values())
@@ -212,6 +226,23 @@ def whole_run_time(record: RunRecord) -> float | None:
     return record.get("wall_time_s") if timed_whole else None
 
 
+def short_of_steps(record: RunRecord) -> str | None:
+    """Why a record that says ``completed`` is not: it trained fewer steps than its config bounds it by
+    (``trainer.max_steps``, which is ``task.max_steps`` unless overridden; with no bound, none at all), as runs
+    stopped by ``+trainer.max_epochs=0`` were recorded before ``lra.train`` refused them. None when it is whole, and
+    for records that do not say (no ``steps`` or config) and debug runs (``trainer.fast_dev_run``)."""
+    steps = record.get("steps")
+    config = record.get("config")
+    trainer = config.get("trainer") if isinstance(config, dict) else None
+    bound = trainer.get("max_steps") if isinstance(trainer, dict) else None
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in (steps, bound)) or trainer.get("fast_dev_run"):
+        return None
+    if steps >= bound if bound > 0 else steps > 0:
+        return None
+    trained = f"{steps} of its {bound} steps (trainer.max_steps)" if bound > 0 else "no step"
+    return f"status completed, but it trained {trained}: not a run of its protocol"
+
+
 def parse_run(path: Path, record: RunRecord) -> tuple[dict, list[Problem]]:
     """Turn a checked record into a run dict (fields + cleaned metrics) and its problems."""
     run = {
@@ -232,12 +263,27 @@ def parse_run(path: Path, record: RunRecord) -> tuple[dict, list[Problem]]:
     elif run["status"] != "completed":
         message = first_line(record.get("error")) if record.get("error") else f"status {run['status']!r}"
         problems.append(Problem(where, "failed", message, tag, label))
+    elif short := short_of_steps(record):
+        run["status"] = SHORT
+        problems.append(Problem(where, SHORT, short, tag, label))
     elif "test_acc" not in run["metrics"]:
         message = "completed run without a usable test_acc"
         problems.append(Problem(where, "missing test_acc", message, tag, label))
     if complaints and run["status"] == "completed":  # one non-finite metric (a diverged run): none is averaged
         run["status"] = "bad value"
     return run, problems
+
+
+def set_aside_problem(path: Path, record: dict) -> Problem | None:
+    """The "set aside" entry of a record that ``rerun=true`` moved to ``<run folder>/replaced/<time>/``: listed
+    under its tag with its status, never with a number, and never averaged (the folder's own record, its redo's,
+    is the run's result, whatever it says); None for an analysis's record."""
+    if record.get("kind") == ANALYSIS_KIND or (record.get("config") or {}).get("analysis"):
+        return None
+    redo = (path.parent.parent.parent / RECORD_NAME).as_posix()
+    message = (f"an earlier run's record (status {first_line(record['status'], 40)}) that rerun=true moved to "
+               f"{SET_ASIDE}/{path.parent.name}/; not this run's result, which is `{redo}`")
+    return Problem(path.as_posix(), "set aside", message, record_tag(record), run_label(record))
 
 
 def mark_duplicates(runs: list[dict]) -> list[Problem]:
@@ -330,7 +376,12 @@ def collect(roots: list[str | Path], conf_dir: Path = CONF_DIR,
         try:
             record = read_record(path)
         except MalformedRecord as err:
-            problems.append(Problem(path.as_posix(), "malformed", str(err)))
+            if not is_set_aside(path):  # an unreadable set-aside record is nobody's result: not listed
+                problems.append(Problem(path.as_posix(), "malformed", str(err)))
+            continue
+        if is_set_aside(path):  # replaced by rerun=true: listed, never tabulated
+            if problem := set_aside_problem(path, record):
+                problems.append(problem)
             continue
         identity = run_identity(record)
         if record.get("finished_at") and identity in seen:

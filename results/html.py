@@ -3,9 +3,11 @@
 Built from the same summary frame as `lra.md`: one section per tag and task with our mean ± std (n seeds), the
 published columns beside it exactly where the markdown has them (`shown_beside`; a delta only where the tag
 `follows` the table's protocol; values from `add_published`), the protocol the section follows, sortable columns,
-accuracy against throughput and against sequence length, one block per run (config, git sha, wall time,
-tokens/s, learning curve) and the analyses' tables with their figures. No server, no network: inline CSS and
-script, images beside the page; every text from a record is escaped.
+accuracy against throughput and against sequence length, the learning curves of each section's runs in one figure,
+one block per run (config, git sha, wall time, tokens/s; its own learning curve only with `run_figures`, as
+`--run-figures`: a figure per run takes about a second, too long for thousands) and the analyses' tables with
+their figures. No server, no network: inline CSS and script, images beside the page; every text from a record is
+escaped.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pandas as pd
 from lra.atomic import write_atomic
 from lra.record_compat import experiment_for
 from results.collect import CLASSIC_TASKS, Problem
+from results.curves import plot_learning_curves
 from results.html_runs import analyses_part, problems_list, read_configs, run_id, runs_part, short_id
 from results.html_template import Cell, esc, figure, inline, number, page, table, text
 from results.markdown import (
@@ -43,7 +46,8 @@ from results.summary import (
 )
 
 PAGE, IMAGES = "index.html", "index_files"
-OWN_IMAGE = re.compile(r"(run|throughput)-[0-9a-f]{12}\.png|length\.png|analysis-[A-Za-z0-9][A-Za-z0-9_.-]*\.png")
+OWN_IMAGE = re.compile(r"(run|throughput|curves)-[0-9a-f]{12}\.png|length\.png"
+                       r"|analysis-[A-Za-z0-9][A-Za-z0-9_.-]*\.png")
 CHECKED = {FROM_CONF: "checked against it", MOST_COMMON: "checked against the most common config among them",
            UNCHECKED: "recording no config (not checked)"}
 
@@ -139,11 +143,21 @@ def task_table(tag: str, task: str, wide: pd.DataFrame, best: pd.DataFrame, long
     return table(table_id(tag, task), header, rows, foot)
 
 
+def section_curves(tag: str, task: str, runs: pd.DataFrame, images: Path) -> tuple[str, list[Path]]:
+    """The learning curves of a (tag, task) section's runs, one figure (`results.curves`), and the image written;
+    ("", []) when none of them kept a `metrics.csv`."""
+    png = images / f"{short_id('curves', tag, task)}.png"
+    if not plot_learning_curves(runs[runs["task"] == task], png):
+        return "", []
+    return figure(f"{IMAGES}/{png.name}", f"learning curves, {task}, tag {tag}",
+                  "Validation accuracy against training step of this table's runs (unfinished ones fainter)."), [png]
+
+
 def tag_part(tag: str, summary: pd.DataFrame, wide: pd.DataFrame, long: pd.DataFrame, problems: list[Problem],
              frames: dict[str, pd.DataFrame], lengths: dict, images: Path,
              shared: list[str] | None = None) -> tuple[str, list[Path], dict]:
     """One tag: notes (`shared`: `results.markdown.shared_protocol_notes`' for it), throughput figure, a section per
-    task shown in `lra.md`, the records not averaged.
+    task shown in `lra.md` with its runs' learning curves, the records not averaged.
 
     Returns the HTML, the images written and {(tag, task): section id}.
     """
@@ -163,9 +177,11 @@ def tag_part(tag: str, summary: pd.DataFrame, wide: pd.DataFrame, long: pd.DataF
     sections, written = {}, []
     for task in tasks:
         sections[(tag, task)] = section_id(tag, task)
+        curves, pngs = section_curves(tag, task, runs, images)
+        written += pngs
         parts += [f'<section id="{section_id(tag, task)}">', f"<h3>{esc(task)} <small>(tag {esc(tag)})</small></h3>",
                   protocol_html(tag, task, runs, frames, lengths),
-                  task_table(tag, task, wide, best, runs, frames), "</section>"]
+                  task_table(tag, task, wide, best, runs, frames), curves, "</section>"]
     png = images / f"{short_id('throughput', tag)}.png"
     if plot_accuracy_vs_throughput(runs, png):
         written.append(png)
@@ -189,11 +205,12 @@ def navigation(tags: list[str], sections: dict, analyses: bool) -> str:
 
 def write_site(out: str | Path, summary: pd.DataFrame, long: pd.DataFrame, problems: list[Problem],
                frames: dict[str, pd.DataFrame], roots: list[str | Path],
-               shared: dict[str, list[str]] | None = None) -> list[Path]:
+               shared: dict[str, list[str]] | None = None, run_figures: bool = False) -> list[Path]:
     """Write `<out>/index.html` and its images (`<out>/index_files/`); return the paths written.
 
     `frames` maps a published table's file stem to its `load_reference` frame (as `lra.csv`); `roots` are searched
-    for analysis records; `shared` holds each tag's notes on other tags of its protocol (`lra.md`'s). Images of
+    for analysis records; `shared` holds each tag's notes on other tags of its protocol (`lra.md`'s);
+    `run_figures` adds a learning-curve figure to every run's block (one figure per section otherwise). Images of
     ours from an earlier page that this one no longer shows are removed.
     """
     out = Path(out)
@@ -222,7 +239,9 @@ def write_site(out: str | Path, summary: pd.DataFrame, long: pd.DataFrame, probl
     analyses, copied = analyses_part(roots, out, images)
     body.append(analyses)
     written += copied
-    runs, curves = runs_part(long, configs, images, sections)
+    drawn = {path.name for path in written}
+    with_curves = {sid for (tag, task), sid in sections.items() if f"{short_id('curves', tag, task)}.png" in drawn}
+    runs, curves = runs_part(long, configs, images, sections, with_curves, run_figures)
     body += [f'<h2 id="runs">Runs ({long["path"].nunique()})</h2>', runs]
     written += curves
     unreadable = [p for p in problems if p.tag is None]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -20,6 +21,27 @@ from results.plot_style import attention_legend, attention_style, plain, scatter
 from results.plots_extra import scatter_by_task  # noqa: E402
 from results.protocol import base_tag  # noqa: E402
 from results.summary import MAJORITY, is_reference, task_order  # noqa: E402
+
+# characters of a name part kept as they are: with `lra_`, `_curves_by_tag.png` and the atomic writer's
+# `.<name>.<random>.tmp`, a name stays under the 255 bytes a file system takes; every committed name is shorter
+STEM_LIMIT = 160
+
+
+def file_stem(name: object) -> str:
+    """`name` (a tag, section or task from records) as one plain file-name part: characters other than letters,
+    digits, `_`, `.` and `-` become `_` (so it never leaves the output folder). A part over `STEM_LIMIT` characters
+    (a config-drift section of many settings) keeps a readable prefix and ends in `-` and 12 hex digits of the
+    SHA-256 of `name`, so that two long names stay two files and no name is too long to write."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(name)).strip(".")
+    if len(stem) <= STEM_LIMIT:
+        return stem
+    digest = hashlib.sha256(str(name).encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{stem[:STEM_LIMIT - 13]}-{digest}"
+
+
+def figure_name(name: object, kind: str) -> str:
+    """The file name of the figure `kind` of a tag or task: ``lra_<file_stem(name)>_<kind>.png``."""
+    return f"lra_{file_stem(name)}_{kind}.png"
 
 
 def accuracy_figure(summary: pd.DataFrame) -> Figure:
@@ -78,11 +100,10 @@ def plot_accuracy_vs_time(long: pd.DataFrame, path: Path) -> None:
 def write_plots(summary: pd.DataFrame, long: pd.DataFrame, out: Path) -> list[Path]:
     """``lra_<tag>_accuracy.png``, ``lra_<tag>_time.png`` and, where runs kept their ``metrics.csv``,
     ``lra_<tag>_curves.png`` for every tag, and ``lra_<task>_curves_by_tag.png`` for a task whose runs (quick
-    aside) span several tags; returns the paths."""
+    aside) span several tags (names by `figure_name`); returns the paths."""
     paths = []
     for tag in sorted(summary["tag"].unique()):
-        stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(tag)).strip(".")  # a record's tag never leaves --out
-        accuracy, timing, curves = (out / f"lra_{stem}_{kind}.png" for kind in ("accuracy", "time", "curves"))
+        accuracy, timing, curves = (out / figure_name(tag, kind) for kind in ("accuracy", "time", "curves"))
         plot_accuracy(summary[summary["tag"] == tag], accuracy)
         plot_accuracy_vs_time(long[long["tag"] == tag], timing)
         paths += [accuracy, timing]
@@ -90,7 +111,7 @@ def write_plots(summary: pd.DataFrame, long: pd.DataFrame, out: Path) -> list[Pa
             paths.append(curves)
     protocol_scale = long[long["tag"].map(base_tag) != "quick"]
     for task in sorted(protocol_scale["task"].unique()):
-        path = out / f"lra_{re.sub(r'[^A-Za-z0-9_.-]+', '_', str(task)).strip('.')}_curves_by_tag.png"
+        path = out / figure_name(task, "curves_by_tag")
         if plot_curves_across_tags(protocol_scale, task, path, ESCAPE_AT.get(task)):
             paths.append(path)
     return paths

@@ -64,6 +64,34 @@ def test_padding_invariance(name):
 
 
 @pytest.mark.parametrize("name", attention_zoo.available())
+@pytest.mark.parametrize("n", [1, 40])
+def test_one_real_token_matches_the_oracle(name, n):
+    """The shortest example the importers let through (``tests/data_prep/test_empty_examples.py``): one real token, the
+    rest of its row padding, beside a longer sequence (n = 1: a batch of single tokens). Outputs at real positions
+    are finite and equal the oracle's, the gradients finite."""
+    attn = make(name)
+    q, k, v, _ = inputs(n)
+    mask = torch.zeros(B, n, dtype=torch.bool)
+    mask[0, 0] = True
+    mask[1, : (n + 1) // 2] = True
+    more = extras(attn, q)
+    for t in (q, k, v, *more.values()):
+        t.requires_grad_(True)
+    out = attn(q, k, v, key_padding_mask=mask, **more)
+    with torch.no_grad():
+        ref = attn.naive(q, k, v, key_padding_mask=mask, **more)
+    real = mask[:, None, :].expand(B, H, -1)
+    assert torch.isfinite(ref[real]).all(), f"{name}: the oracle is not finite"
+    assert_close(ref[0, :, 0], out[0, :, 0], ratio=1e-4, what=f"{name} the one real token")
+    assert_close(ref[real], out[real], ratio=1e-4, what=f"{name} every real token")
+    (out * mask[:, None, :, None]).square().sum().backward()
+    for t in (q, k, v, *more.values()):
+        assert t.grad is not None and torch.isfinite(t.grad).all(), name
+    for p in attn.parameters():
+        assert p.grad is None or torch.isfinite(p.grad).all(), name
+
+
+@pytest.mark.parametrize("name", attention_zoo.available())
 def test_fast_matches_naive_oracle(name):
     """Outputs and gradients of the fast form equal the quadratic oracle that builds the n x n weights: the
     gradients of q, k, v, the extra inputs and the mechanism's own parameters (feature maps, sort nets, ...)."""

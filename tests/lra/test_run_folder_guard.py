@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -16,7 +17,7 @@ from omegaconf import OmegaConf
 import lra.hydra_hooks
 from lra.lock import run_folder_lock
 from results.__main__ import main as results_main
-from tests.lra.conftest import TINY
+from tests.lra.conftest import ROOT, TINY, compose_config, torchless_env
 from tests.lra.test_run import run_py
 from tests.results.records import write_record
 
@@ -133,3 +134,46 @@ def test_a_sweep_whose_jobs_all_completed_exits_normally(tmp_path, capsys):
     hooks.on_job_end(job(tmp_path, tmp_path / "a"), SimpleNamespace(status=None))
     hooks.on_multirun_end(job(tmp_path, tmp_path))
     assert "1 job(s), 1 completed, 0 not" in capsys.readouterr().out
+
+
+def held_folder(folder, data_dir) -> dict[str, bytes]:
+    """A completed run at lr 0.001 in ``folder``, with the ``.hydra/`` and ``run.log`` its command wrote."""
+    cfg = compose_config(["attention=linear", "experiment=quick", f"data_dir={data_dir}", *TINY])
+    record = {"task": "listops", "attention": "linear", "seed": 0, "tag": "quick", "experiment": "quick",
+              "status": "completed", "metrics": {"val_acc": 0.3, "test_acc": 0.1}, "config": cfg}
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / "result.json").write_text(json.dumps(record))
+    (folder / ".hydra" / "config.yaml").write_text("task:\n  optim:\n    lr: 0.001\n")
+    (folder / ".hydra" / "overrides.yaml").write_text("- attention=linear\n")
+    (folder / "run.log").write_text("the run's own log\n")
+    return snapshot(folder)
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["completed", "training"])
+def test_a_refused_sweep_job_changes_nothing_in_the_folder(tiny_data_dir, tmp_path, busy):
+    sweep, folder = tmp_path / "sweep", tmp_path / "sweep" / "X"
+    before = held_folder(folder, tiny_data_dir)
+    with run_folder_lock(folder) if busy else contextlib.nullcontext():
+        if busy:
+            before = snapshot(folder)  # with run A's run.lock
+        result = subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", "attention=linear", "experiment=quick",
+                                 f"data_dir={tiny_data_dir}", *TINY, "task.optim.lr=0.05", f"hydra.sweep.dir={sweep}",
+                                 "hydra.sweep.subdir=X"], cwd=tmp_path, env=torchless_env(tmp_path),
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 1, result.stderr[-2000:]
+        expected = "is in use by another run" if busy else "task.optim.lr: 0.001 -> 0.05"
+        assert expected in result.stderr and "Traceback" not in result.stderr, result.stderr[-2000:]
+        assert "refused" in result.stdout
+        assert snapshot(folder) == before  # .hydra/ and run.log as they were
+
+
+def test_a_sweep_job_writes_hydra_files_and_its_log_once_it_owns_the_folder(tiny_data_dir, tmp_path):
+    result = run_py("-m", "attention=linear", "experiment=quick", "trainer=debug", f"data_dir={tiny_data_dir}", *TINY,
+                    "seed=0,1", f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=job${hydra.job.num}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    for number in (0, 1):
+        job = tmp_path / f"job{number}"
+        assert OmegaConf.load(job / ".hydra" / "config.yaml").seed == number
+        assert f"seed={number}" in OmegaConf.load(job / ".hydra" / "overrides.yaml")
+        assert OmegaConf.load(job / ".hydra" / "hydra.yaml").hydra.runtime.output_dir == str(job)
+        assert "test_acc=" in (job / "run.log").read_text()

@@ -33,8 +33,8 @@ QUICK = ("task=listops", "attention=linear", "experiment=quick")
 def test_the_identity_holds_what_changes_the_numbers_and_nothing_else():
     quick = compose_config(list(QUICK))
     moved = compose_config([*QUICK, "data_dir=/elsewhere", "task.data.num_workers=3", "trainer.devices=1",
-                            "trainer.enable_progress_bar=false", "task.micro_batches=2", "model.checkpoint_blocks=true",
-                            "rerun=true", "tag=mine"])
+                            "trainer.enable_progress_bar=false", "model.checkpoint_blocks=true", "rerun=true",
+                            "tag=mine"])
     assert identity(moved) == identity(quick) and identity_digest(moved) == identity_digest(quick)
     assert len(identity_digest(quick)) == 12 and identity(quick)["task.optim.lr"] == 0.001
     assert "task.data.root" not in identity(quick) and "model.qkv_dim" not in identity(quick)  # where; null
@@ -42,6 +42,22 @@ def test_the_identity_holds_what_changes_the_numbers_and_nothing_else():
     assert ("trainer.fast_dev_run", "<absent>", 2) in differences(quick, debug)
     older = {**quick, "model": {k: v for k, v in quick["model"].items() if k != "attention_dropout"}}
     assert differences(older, quick) == []  # a key added to conf/ later: the value older runs used
+
+
+def test_micro_batches_count_and_their_whole_batch_value_keeps_the_digests_of_earlier_runs():
+    """A batch in parts draws other dropout masks than the whole batch (issue 58, point 4): ``task.micro_batches``
+    is part of the identity; at 1 (the whole batch, what every run before had) it is absent, so their digests stay,
+    and a record or checkpoint without the key compares as 1."""
+    quick, parts = compose_config(list(QUICK)), compose_config([*QUICK, "task.micro_batches=2"])
+    assert identity(parts)["task.micro_batches"] == 2 and "task.micro_batches" not in identity(quick)
+    assert identity_digest(parts) != identity_digest(quick)
+    assert differences(quick, parts) == [("task.micro_batches", 1, 2)]
+    older = {**quick, "task": {k: v for k, v in quick["task"].items() if k != "micro_batches"}}
+    assert differences(older, quick) == [] and differences(older, parts) == [("task.micro_batches", 1, 2)]
+    retrieval = compose_config(["task=retrieval"])  # its protocol computes each batch in 4 parts
+    assert identity(retrieval)["task.micro_batches"] == 4
+    assert differences(retrieval, compose_config(["task=retrieval", "task.micro_batches=1"])) == [
+        ("task.micro_batches", 4, 1)]
 
 
 def test_a_debug_run_does_not_land_in_the_protocol_runs_folder():
@@ -55,13 +71,14 @@ def test_a_debug_run_does_not_land_in_the_protocol_runs_folder():
     (("model.dim=128", "task.optim.lr=0.002"), "default,model.dim=128,task.optim.lr=0.002"),
     (("trainer=cpu", "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=5", "data_dir=elsewhere",
       "task.data.num_workers=2", "trainer.devices=1", "rerun=true", "model.checkpoint_blocks=true",
-      "task.micro_batches=2", "reuse_freed_memory=false", "flush_subnormals=false"), "default"),
+      "reuse_freed_memory=false", "flush_subnormals=false"), "default"),
+    (("task.micro_batches=2",), "default,task.micro_batches=2"),  # each part its own dropout masks
     (("trainer.max_steps=40",), "default,trainer.max_steps=40"),
     (("+trainer.limit_val_batches=0.5",), "default,+trainer.limit_val_batches=0.5"),
     (("+trainer.fast_dev_run=3",), "default,+trainer.fast_dev_run=3"),
     (("trainer=gpu",), "default,trainer=gpu"),  # bf16: other numbers
     (("trainer=debug",), "default,trainer=debug"),
-], ids=["plain", "lr", "two", "where-or-how", "max_steps", "limit", "fast_dev_run", "gpu", "debug"])
+], ids=["plain", "lr", "two", "where-or-how", "micro_batches", "max_steps", "limit", "fast_dev_run", "gpu", "debug"])
 def test_the_folder_name_lists_the_overrides_that_change_the_numbers(overrides, folder):
     assert run_dir_of("seed=1", *overrides) == f"outputs/listops/softmax/seed1/{folder}"
 
@@ -95,7 +112,8 @@ def untouched(folder) -> dict[str, bytes]:
 @pytest.mark.parametrize("changed, named", [
     ("task.optim.lr=0.05", "task.optim.lr: 0.001 -> 0.05"),
     ("model.dim=32", "model.dim: 64 -> 32"),
-], ids=["lr", "model.dim"])
+    ("task.micro_batches=2", "task.micro_batches: 1 -> 2"),
+], ids=["lr", "model.dim", "micro_batches"])
 def test_a_resume_with_other_settings_is_refused_by_name(interrupted, tiny_data_dir, tmp_path, changed, named):
     folder = copy_of(interrupted, tmp_path)
     before = untouched(folder)

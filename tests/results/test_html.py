@@ -156,7 +156,8 @@ def test_rows_link_to_their_run_blocks(site):
     assert len(anchors) == 15 and all(f'id="{anchor}"' in text for anchor in anchors)  # 14 completed, 1 failed
     block = text.split('<section class="run"')[2]  # long order: default listops linear, llops, ...
     assert "llops · listops · seed 0" in block and "0123abc" in block and "1.92 h (6,923 s)" in block
-    assert "52,000" in block and "index_files/run-" in block and "&quot;tag&quot;: &quot;default&quot;" in block
+    assert "52,000" in block and "&quot;tag&quot;: &quot;default&quot;" in block
+    assert f'Learning curve: in <a href="#{section_id("default", "listops")}">' in block  # its table's figure
     assert f'href="#{section_id("default", "listops")}"' in block
 
 
