@@ -28,6 +28,28 @@ def tiny_overrides(tiny_data_dir) -> list[str]:
     return ["experiment=quick", f"data_dir={tiny_data_dir}", *TINY]
 
 
+def tiny(data_dir, *overrides: str) -> dict:
+    """The resolved config of a 12-step quick linear run on the tiny ListOps under ``data_dir``."""
+    return compose_config(["attention=linear", "experiment=quick", f"data_dir={data_dir}", *TINY,
+                           "task.max_steps=12", "task.eval_every=4", "trainer.enable_progress_bar=false", *overrides])
+
+
+@pytest.fixture(scope="module")
+def interrupted(tiny_data_dir, tmp_path_factory):
+    """A run folder of ``tiny`` stopped by SIGTERM at step 6 (``last.ckpt`` saved there), to copy."""
+    from pytorch_lightning.utilities.exceptions import SIGTERMException  # torch only where a run is needed
+
+    from lra.callbacks import CheckpointOnPreemption
+    from lra.train import run
+
+    folder = tmp_path_factory.mktemp("interrupted") / "run"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(CheckpointOnPreemption, "on_train_batch_start", signal_at_step(6), raising=False)
+        with pytest.raises(SIGTERMException):
+            run(tiny(tiny_data_dir), folder)
+    return folder
+
+
 def signal_at_step(step: int, signum: int = signal.SIGTERM, every_nth_batch: int = 1):
     """A callback hook (patch it onto ``CheckpointOnPreemption``) that sends ``signum`` to this process once,
     from the first hooked batch at ``global_step == step`` whose index is a multiple of ``every_nth_batch``."""

@@ -9,21 +9,12 @@ import shutil
 
 import pytest
 import torch
-from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from data_prep.listops import generate, import_tsv
-from lra.callbacks import CheckpointOnPreemption
 from lra.data_identity import data_identity, describe_data, task_data_dir
 from lra.errors import UserError
 from lra.train import run
-from tests.lra.conftest import TINY, compose_config, signal_at_step
-
-SETTINGS = ["attention=linear", "experiment=quick", *TINY, "task.max_steps=12", "task.eval_every=4",
-            "trainer.enable_progress_bar=false"]
-
-
-def tiny(data_dir, *overrides: str) -> dict:
-    return compose_config([*SETTINGS, f"data_dir={data_dir}", *overrides])
+from tests.lra.conftest import tiny
 
 
 @pytest.fixture(scope="module")
@@ -35,17 +26,6 @@ def other_data_dir(tmp_path_factory):
                       log=lambda _: None)
     import_tsv(source, root / "data" / "quick", log=lambda _: None)
     return root / "data"
-
-
-@pytest.fixture(scope="module")
-def interrupted(tiny_data_dir, tmp_path_factory):
-    """A run folder on the tiny data, stopped by SIGTERM at step 6 (``last.ckpt`` saved there), to copy."""
-    folder = tmp_path_factory.mktemp("interrupted") / "run"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(CheckpointOnPreemption, "on_train_batch_start", signal_at_step(6), raising=False)
-        with pytest.raises(SIGTERMException):
-            run(tiny(tiny_data_dir), folder)
-    return folder
 
 
 def files(folder) -> dict[str, bytes]:

@@ -12,13 +12,11 @@ import sys
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from lra.callbacks import CheckpointOnPreemption
 from lra.errors import UserError
 from lra.identity import differences, identity, identity_digest
 from lra.train import run
-from tests.lra.conftest import CONF, ROOT, TINY, compose_config, signal_at_step, torchless_env
+from tests.lra.conftest import CONF, ROOT, TINY, compose_config, tiny, torchless_env
 
 
 def run_dir_of(*overrides: str) -> str:
@@ -81,23 +79,6 @@ def test_a_debug_run_does_not_land_in_the_protocol_runs_folder():
 ], ids=["plain", "lr", "two", "where-or-how", "micro_batches", "max_steps", "limit", "fast_dev_run", "gpu", "debug"])
 def test_the_folder_name_lists_the_overrides_that_change_the_numbers(overrides, folder):
     assert run_dir_of("seed=1", *overrides) == f"outputs/listops/softmax/seed1/{folder}"
-
-
-def tiny(data_dir, *overrides: str) -> dict:
-    return compose_config(["attention=linear", "experiment=quick", f"data_dir={data_dir}", *TINY,
-                           "task.max_steps=12", "task.eval_every=4", "trainer.enable_progress_bar=false",
-                           *overrides])
-
-
-@pytest.fixture(scope="module")
-def interrupted(tiny_data_dir, tmp_path_factory):
-    """A run folder stopped by SIGTERM at step 6 (``last.ckpt`` saved there), to copy."""
-    folder = tmp_path_factory.mktemp("interrupted") / "run"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(CheckpointOnPreemption, "on_train_batch_start", signal_at_step(6), raising=False)
-        with pytest.raises(SIGTERMException):
-            run(tiny(tiny_data_dir), folder)
-    return folder
 
 
 def copy_of(folder, tmp_path):
