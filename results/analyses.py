@@ -43,7 +43,7 @@ def find_analyses(roots: list[str | Path]) -> dict[str, tuple[Path, AnalysisReco
 def load_published(name: str) -> tuple[pd.DataFrame, str]:
     """``results/reference/<name>.csv`` (unindexed) and its ``#`` source lines joined."""
     frame = load_reference(name, index=None)
-    return frame, frame.attrs["source"]
+    return frame, " ".join(part for part in (frame.attrs["source"], frame.attrs["notes"]) if part)
 
 
 def analysis_table(record: AnalysisRecord) -> pd.DataFrame:
