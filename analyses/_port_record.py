@@ -76,11 +76,13 @@ def write_record(out: Path, args) -> int:
     last = max((int(e["train_step_idx"]) for e in dev), default=-1)
     done = bool(tests) and last == training["num_train_steps"] - 1
     test_labels = np.array([int(e["label"]) for e in port_examples(args.data_dir, "test")])
-    metrics: dict[str, float | None] = {
-        "val_acc": max((float(e["accu"]) for e in dev), default=None),
+    metrics: dict[str, float] = {
         "majority_acc": float(np.bincount(test_labels).max() / test_labels.size),
-        "test_acc": float(tests[-1]["accu"]) if done else None,
     }
+    if dev:
+        metrics["val_acc"] = max(float(e["accu"]) for e in dev)
+    if done:  # an unfinished run has no test number (and a table lists it as unfinished)
+        metrics["test_acc"] = float(tests[-1]["accu"])
     config = model_config(modules)
     params = sum(p.numel() for p in modules["model_wrapper"].ModelForSC(config).parameters())
     if done:
@@ -102,7 +104,6 @@ def write_record(out: Path, args) -> int:
     }
     write_atomic(out / "metrics.csv", metrics_frame(entries).to_csv(index=False))
     write_json_atomic(out / RECORD_NAME, record)
-    shown = {key: value for key, value in metrics.items() if value is not None}
-    print(f"{'completed' if done else 'unfinished (validated to step ' + str(last + 1) + ')'}: {shown}; "
+    print(f"{'completed' if done else 'unfinished (validated to step ' + str(last + 1) + ')'}: {metrics}; "
           f"wrote {out / RECORD_NAME}, {out / 'metrics.csv'}")
     return 0 if done else 1
