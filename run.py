@@ -20,8 +20,15 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from lra.checks import missing_plugin, unknown_override
-from lra.errors import Diverged, UserError
-from lra.hydra_hooks import check_settings, holds_lock, is_rank_zero, job_refusal, note_job  # + conf/'s resolver
+from lra.errors import Diverged, UserError, refused_before_training
+from lra.hydra_hooks import (  # + conf/'s resolver
+    check_settings,
+    discard_created_folder,
+    holds_lock,
+    is_rank_zero,
+    job_refusal,
+    note_job,
+)
 from lra.record_compat import old_experiment_spelling
 from lra.settings import complete
 
@@ -72,15 +79,17 @@ def main(cfg: DictConfig) -> float | None:
     from pytorch_lightning.utilities.exceptions import SIGTERMException
     from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
-    from lra.callbacks import stop_signal
+    from lra.callbacks import sent_signal, stop_signal, stopped_by
     from lra.train import run
 
     try:
         record = run(config, run_dir, locked=holds_lock(run_dir))
-    except UserError as err:
-        note_job("failed")
+    except UserError as err:  # refused before training (settings, checkpoint, data): no record; else failed
+        note_job("refused" if refused_before_training(err) else "failed")
         report(f"error: {err}", error=True)
-        if sweeping:  # the failed record is written; let the other jobs of the sweep run
+        if refused_before_training(err):
+            discard_created_folder(run_dir)  # when this command made it: no folder of a run that never started
+        if sweeping:  # let the other jobs of the sweep run
             return None
         sys.exit(2)
     except Diverged as err:
@@ -92,14 +101,13 @@ def main(cfg: DictConfig) -> float | None:
     except SIGTERMException as err:
         signum = stop_signal(err)
         note_job("interrupted")
-        by = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
-        report(f"interrupted by {by}: last.ckpt saved in {run_dir / 'checkpoints'}; rerun the same command to "
-               f"resume:\n  {rerun_command()}", error=True)
+        report(f"{stopped_by(sent_signal(err))}: last.ckpt saved in {run_dir / 'checkpoints'}; rerun the same "
+               f"command to resume:\n  {rerun_command()}", error=True)
         if sweeping and signum != signal.SIGINT:  # a preempted job; Ctrl-C stops the whole sweep
             return None
         sys.exit(128 + signum)
     except KeyboardInterrupt:
-        report(f"interrupted by Ctrl-C at once; rerun the same command to resume from the last validation:\n"
+        report(f"{stopped_by(signal.SIGINT)} at once; rerun the same command to resume from the last validation:\n"
                f"  {rerun_command()}", error=True)
         sys.exit(128 + signal.SIGINT)
     except Exception:

@@ -23,15 +23,31 @@ from .errors import Diverged
 log = logging.getLogger(__name__)
 
 
+# how the log, the record and run.py name the signal the user sent
+SIGNAL_WORDS = {signal.SIGINT: "interrupted (Ctrl-C, SIGINT)", signal.SIGTERM: "stopped by SIGTERM"}
+
+
 def stop_signal(exception: BaseException) -> int:
-    """The signal that stopped a run (``SIGTERMException.signum``, set by ``CheckpointOnPreemption``)."""
+    """The signal that stopped a run, as its exit status counts it (``SIGTERMException.signum``, set by
+    ``CheckpointOnPreemption``): SIGINT for Ctrl-C, SIGTERM for SIGTERM and SIGUSR1."""
     return int(getattr(exception, "signum", signal.SIGTERM))
+
+
+def sent_signal(exception: BaseException) -> int:
+    """The signal the user sent to stop a run (``SIGTERMException.user_signal``): SIGINT, SIGTERM or SIGUSR1."""
+    return int(getattr(exception, "user_signal", stop_signal(exception)))
+
+
+def stopped_by(signum: int) -> str:
+    """The words for a run stopped by ``signum``: ``interrupted (Ctrl-C, SIGINT)``, ``stopped by SIGTERM``."""
+    return SIGNAL_WORDS.get(signum) or f"stopped by {signal.Signals(signum).name}"
 
 
 class CheckpointOnPreemption(pl.Callback):
     """SIGTERM (and SIGUSR1 or a first Ctrl-C, both turned into SIGTERM) stops training at the end of the
     current batch; this saves ``last.ckpt`` there, with the data position and RNG state, so a rerun resumes
-    exactly. A second Ctrl-C stops at once. The ``SIGTERMException`` carries the signal as ``signum``.
+    exactly. A second Ctrl-C stops at once. The ``SIGTERMException`` carries the signal as ``signum`` (the exit
+    status's) and the one the user sent as ``user_signal``; the log names the latter (``stopped_by``).
 
     With ``task.micro_batches`` the stop waits for the last part of the batch: the parts' summed gradients
     are not saved, so a checkpoint between them would resume with part of a step lost.
@@ -50,16 +66,31 @@ class CheckpointOnPreemption(pl.Callback):
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self.signum = signal.SIGTERM
+        self.signum = signal.SIGTERM  # how the exit status counts it (stop_signal)
+        self.user_signal = signal.SIGTERM  # the signal the user sent (sent_signal): SIGINT, SIGTERM or SIGUSR1
         self._sigint_before = None
         self._deferred = False
         self._marked = False  # under DDP: this rank received SIGTERM, not yet agreed on
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit" and hasattr(signal, "SIGUSR1"):
-            signal.signal(signal.SIGUSR1, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
-        if trainer.world_size > 1:  # before Lightning registers its handlers (every stage), which compose this
-            trainer._signal_connector._sigterm_notifier_fn = partial(self.note_sigterm, trainer)
+            signal.signal(signal.SIGUSR1, self._on_sigusr1)
+        # before Lightning registers its handlers (every stage), which compose this in place of its notifier
+        notifier = self.note_sigterm if trainer.world_size > 1 else self.notice_sigterm
+        trainer._signal_connector._sigterm_notifier_fn = partial(notifier, trainer)
+
+    def notice_sigterm(self, trainer: pl.Trainer, signum, frame) -> None:
+        """SIGTERM in a single process: Lightning's notifier (set the flag it stops on, pass the signal to a
+        launcher's processes), with a line naming the signal the user sent, where Lightning's says ``Received
+        SIGTERM: 15`` for a Ctrl-C too."""
+        signals = trainer._signal_connector
+        if not signals.received_sigterm:
+            if self.user_signal != signal.SIGINT:  # _on_ctrl_c said it already
+                after = ": stopping at the end of this batch" if trainer.state.fn == "fit" else ""
+                log.warning("%s%s", stopped_by(self.user_signal), after)
+            if trainer.strategy.launcher is not None:
+                trainer.strategy.launcher.kill(signum)
+        signals.received_sigterm = True
 
     def note_sigterm(self, trainer: pl.Trainer, signum, frame) -> None:
         """SIGTERM under DDP: mark this rank; rank zero passes it on to the other local ranks once, as Lightning
@@ -107,24 +138,31 @@ class CheckpointOnPreemption(pl.Callback):
             self._sigint_before = signal.signal(signal.SIGINT, self._on_ctrl_c)
 
     def _on_ctrl_c(self, signum, frame) -> None:
-        self.signum = signal.SIGINT
+        self.signum = self.user_signal = signal.SIGINT
         signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C stops at once
-        log.warning("Ctrl-C: stopping at the end of this batch (press it again to stop at once)")
+        log.warning("%s: stopping at the end of this batch (press Ctrl-C again to stop at once)",
+                    stopped_by(signal.SIGINT))
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def _on_sigusr1(self, signum, frame) -> None:
+        """SIGUSR1 stops a run as SIGTERM does (and exits as SIGTERM), named as what it is."""
+        self.user_signal = signal.SIGUSR1
         os.kill(os.getpid(), signal.SIGTERM)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if isinstance(exception, SIGTERMException):
-            exception.signum = self.signum
+            exception.signum, exception.user_signal = self.signum, self.user_signal
         if not isinstance(exception, SIGTERMException) or trainer.state.fn != "fit":
             return
         if trainer.validating:  # stopped inside a validation pass: the last.ckpt before it is the consistent one
-            log.warning("preempted during validation at step %d; resume from the previous %s",
-                        trainer.global_step, self.path)
+            log.warning("%s during validation at step %d; resume from the previous %s",
+                        stopped_by(self.user_signal), trainer.global_step, self.path)
             return
         if at_epoch_end(trainer):
             start_next_epoch(trainer)
         trainer.save_checkpoint(self.path, weights_only=False)
-        log.warning("preempted at step %d: saved %s; rerun the same command to resume", trainer.global_step, self.path)
+        log.warning("%s at step %d: saved %s; rerun the same command to resume", stopped_by(self.user_signal),
+                    trainer.global_step, self.path)
 
 
 def at_epoch_end(trainer: pl.Trainer) -> bool:

@@ -7,3 +7,9 @@ class UserError(Exception):
 
 class Diverged(Exception):
     """A training or evaluation loss became non-finite; the run stops with ``status: diverged``."""
+
+
+def refused_before_training(err: BaseException) -> bool:
+    """Whether ``err`` stopped a run before its training began (``lra.train.train_and_record``), so that the run
+    wrote no record: the folder keeps the record it had, if any."""
+    return bool(getattr(err, "before_training", False))

@@ -26,6 +26,7 @@ import copy
 import errno
 import logging
 import os
+import shutil
 import sys
 import traceback
 from collections.abc import Callable
@@ -44,7 +45,7 @@ from .checks import NAME_KEYS, check_added_keys, check_config, check_name, check
 from .config import CONF_DIR
 from .errors import UserError
 from .identity import IN_THE_PATH, flatten, where_or_how
-from .lock import run_folder_lock
+from .lock import LOCK_NAME, run_folder_lock
 from .run_files import bounded_name
 from .same_run import refuse_other_run
 from .settings import complete
@@ -54,6 +55,7 @@ FINE = ("completed", "already completed")  # job outcomes a sweep exits 0 with
 _job_status: str | None = None  # the outcome ``run.py`` noted for the job this process runs
 _locked: set[str] = set()  # run folders whose run.lock a hook of this process holds
 _refusal: str | None = None  # why the hook refused the sweep job this process runs
+_created: dict[str, Callable[[], Any]] = {}  # a single run's folder this command created -> releases its lock
 HYDRA_SUBDIR = ".hydra"  # the run folder's copy of Hydra's configs
 
 
@@ -208,6 +210,24 @@ class RunLogHandler(logging.FileHandler):
         super().emit(record)
 
 
+def discard_created_folder(run_dir: Path) -> bool:
+    """Remove ``run_dir`` when this command created it (a single run) and it holds nothing but Hydra's files and
+    the lock: a command refused before training then leaves no run folder for ``results.progress`` to list.
+    Whether it was removed."""
+    real = os.path.realpath(run_dir)
+    if real not in _created or not is_rank_zero():
+        return False
+    if {entry.name for entry in Path(real).iterdir()} - {HYDRA_SUBDIR, "run.log", LOCK_NAME}:
+        return False  # something else was written there: left as it is
+    for handler in list(logging.getLogger().handlers):  # run.log: closed, so that nothing writes into it again
+        if isinstance(handler, logging.FileHandler) and os.path.dirname(os.path.realpath(handler.baseFilename)) == real:
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+    _created.pop(real)()  # the lock: released (its file removed) before the folder goes
+    shutil.rmtree(real, ignore_errors=True)
+    return True
+
+
 def refuse(message: str) -> None:
     """Print ``error: <message>`` and exit 2, as ``run.py`` does for every user error."""
     print(f"error: {message}", file=sys.stderr)
@@ -254,8 +274,11 @@ class RunHooks(Callback):
         try:
             check_settings(job, list(config.hydra.overrides.task))
             run_dir = folder()
+            new = not os.path.lexists(run_dir)
             check_writable(run_dir, elsewhere)
             self.lock.enter_context(run_folder_lock(run_dir))
+            if new and config.hydra.mode != RunMode.MULTIRUN:  # a sweep's job folders are Hydra's, made before
+                _created[os.path.realpath(run_dir)] = self.lock.close
             _locked.add(os.path.realpath(run_dir))
             self.lock.callback(_locked.discard, os.path.realpath(run_dir))
             for name in hydra_files(config):

@@ -20,9 +20,18 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
+from data_prep.compact import DataError
+
 from .allocator import JEMALLOC_CONF, ReleaseFreedMemory, malloc_name, reuse_freed_memory
 from .build import build
-from .callbacks import CheckpointOnPreemption, StepProgressBar, StopOnDivergence, ValidationProgress, stop_signal
+from .callbacks import (
+    CheckpointOnPreemption,
+    StepProgressBar,
+    StopOnDivergence,
+    ValidationProgress,
+    sent_signal,
+    stopped_by,
+)
 from .checkpoints import RunFolderCheckpoint, RunFolderCheckpointIO, not_a_link, resume_point
 from .checks import check_config
 from .disk import disk_full, full_disk_error
@@ -68,6 +77,7 @@ class Progress:
     (interrupted, diverged, failed), so that its steps, segments and training time so far are not lost."""
 
     def __init__(self):
+        self.training = False  # whether Lightning began the training loop (TrainingBegins)
         self.model: pl.LightningModule | None = None
         self.trainer: pl.Trainer | None = None
         self.data: dict[str, Any] | None = None  # the data it trains on (lra.data_identity), once it is prepared
@@ -77,6 +87,10 @@ class Progress:
         """The fields at the end of fitting, kept from now on."""
         self.fitted = self.fields()
         return self.fitted
+
+    def began(self) -> bool:
+        """Whether the run got past its refusals (settings, checkpoint, data) into training, or through fitting."""
+        return self.training or self.fitted is not None
 
     def fields(self) -> dict[str, Any]:
         """The record's progress fields; none before the model and trainer exist."""
@@ -90,6 +104,17 @@ class Progress:
         return {**data, "fit_time_s": fit_time, "earlier_segments_s": self.model.fit_seconds_before,
                 "tokens_per_s": tokens / fit_time if fit_time > 0 else None,
                 "steps": self.trainer.global_step, "segments": list(self.model.segments)}
+
+
+class TrainingBegins(pl.Callback):
+    """Tells ``progress`` when Lightning begins training: after the data is prepared, loaded and checked and the
+    checkpoint restored, so that an error before it is a refusal that writes no record."""
+
+    def __init__(self, progress: Progress):
+        self.progress = progress
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.progress.training = True
 
 
 def fit_and_test(cfg: dict[str, Any], run_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
@@ -122,8 +147,8 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path, progress: Progress | None =
                ResumableCSVLogger(run_dir, name="csv", version="", resume_step=start_step)]
     hint = (f"Lower task.optim.lr (now {cfg['task']['optim']['lr']:g}) or clip gradients "
             f"(trainer.gradient_clip_val=1.0); last.ckpt holds the last validated state before it.")
-    callbacks = [checkpoint, LearningRateMonitor("step"), CheckpointOnPreemption(ckpt_dir / "last.ckpt"),
-                 StopOnDivergence(hint)]
+    callbacks = [TrainingBegins(progress), checkpoint, LearningRateMonitor("step"),
+                 CheckpointOnPreemption(ckpt_dir / "last.ckpt"), StopOnDivergence(hint)]
     if cfg["reuse_freed_memory"]:
         callbacks.append(ReleaseFreedMemory())
     if FreeCoreThreads.wanted():
@@ -193,7 +218,8 @@ def set_aside(run_dir: Path) -> Path:
 
 
 def run(cfg: dict[str, Any], run_dir: Path, *, locked: bool = False) -> dict[str, Any]:
-    """One run: the record is written atomically whether it completes, fails, diverges or is interrupted.
+    """One run: the record is written atomically whether it completes, fails, diverges or is interrupted; a run
+    refused before training (settings, a damaged checkpoint, missing or bad data) writes none.
 
     The run holds ``<run_dir>/run.lock`` (rank zero): a second run started in the same folder stops at once.
     ``locked``: the caller holds it already (``run.py`` takes it before Hydra writes into the folder).
@@ -218,15 +244,24 @@ def run(cfg: dict[str, Any], run_dir: Path, *, locked: bool = False) -> dict[str
 
 
 def train_and_record(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """``fit_and_test`` with the record written in every outcome."""
-    record, progress = new_record(cfg, run_dir), Progress()
+    """``fit_and_test`` with the record written in every outcome but a refusal: a ``UserError`` or a data
+    problem (``data_prep``'s ``DataError``) before training begins (settings, a damaged checkpoint, missing or bad
+    data) writes no record, so that no ``failed`` run is listed for a command that never trained (the folder keeps
+    the record it had); it is raised as a UserError marked ``before_training`` (``lra.errors``)."""
+    record, progress, refused = new_record(cfg, run_dir), Progress(), False
     start = time.perf_counter()
     try:
         check_config(cfg)
         with without_noise():
             record.update(fit_and_test(cfg, run_dir, progress))
         record["status"] = "completed"
-    except UserError as err:
+    except (UserError, DataError) as err:
+        if not progress.began():
+            refused = True
+            raise refusal(err) from None
+        if not isinstance(err, UserError):  # bad data found while training: a failure, with its traceback
+            record["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
+            raise
         record["error"] = str(err)
         raise
     except Diverged as err:
@@ -234,8 +269,7 @@ def train_and_record(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         raise
     except SIGTERMException as err:
         record["status"] = INTERRUPTED
-        by = "Ctrl-C" if stop_signal(err) == signal.SIGINT else "SIGTERM/SIGUSR1"
-        record["error"] = f"stopped by {by}; last.ckpt saved: rerun the same command to resume"
+        record["error"] = f"{stopped_by(sent_signal(err))}; last.ckpt saved: rerun the same command to resume"
         raise
     except (KeyboardInterrupt, SystemExit) as err:
         if isinstance(err, SystemExit) and not isinstance(err.__context__, KeyboardInterrupt):
@@ -243,7 +277,8 @@ def train_and_record(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
             raise
         # a second Ctrl-C (Lightning turns it into exit 1), or Ctrl-C outside training
         record["status"] = INTERRUPTED
-        record["error"] = "stopped at once by Ctrl-C: rerun the same command to resume from the last validation"
+        record["error"] = f"{stopped_by(signal.SIGINT)} at once: rerun the same command to resume from the last " \
+                          f"validation"
         raise KeyboardInterrupt from None
     except BaseException as err:
         if full_disk_error(err) is not None:  # a logger's or Lightning's own write: one line, not a traceback
@@ -253,14 +288,28 @@ def train_and_record(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         record["error"] = f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
         raise
     finally:
-        if record["status"] != "completed":  # how far it got: steps, segments, training time so far
-            record.update(progress.fields())
-        # an interrupted-then-resumed run counts the training time of its earlier segments too
-        record["wall_time_s"] = time.perf_counter() - start + record.get("earlier_segments_s", 0.0)
-        record["finished_at"] = now()
-        if rank_zero_only.rank == 0:  # one record per run, also under DDP
-            write_record(run_dir, record)
+        if not refused:
+            finish_record(run_dir, record, progress, time.perf_counter() - start)
     return record
+
+
+def refusal(err: UserError | DataError) -> UserError:
+    """``err`` as the UserError of a run refused before training (``run.py`` prints it in one line), marked
+    ``before_training`` (``lra.errors.refused_before_training``)."""
+    refused = err if isinstance(err, UserError) else UserError(str(err))
+    refused.before_training = True  # type: ignore[attr-defined]
+    return refused
+
+
+def finish_record(run_dir: Path, record: dict[str, Any], progress: Progress, seconds: float) -> None:
+    """Complete ``record`` with how far the run got and its times, and write it (rank zero)."""
+    if record["status"] != "completed":  # how far it got: steps, segments, training time so far
+        record.update(progress.fields())
+    # an interrupted-then-resumed run counts the training time of its earlier segments too
+    record["wall_time_s"] = seconds + record.get("earlier_segments_s", 0.0)
+    record["finished_at"] = now()
+    if rank_zero_only.rank == 0:  # one record per run, also under DDP
+        write_record(run_dir, record)
 
 
 def write_record(run_dir: Path, record: dict[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""`python -m results [RUN_ROOT ...] [--out DIR] [--tag TAG] [--reference NAME]`: run records -> LRA tables.
+"""`python -m results [RUN_ROOT ...] [--out DIR] [--tag TAG] [--print] [--verbose]`: run records -> LRA tables.
 
 By default it reads the committed records (`results/runs/`) and your own (`outputs/`) and writes under
 `outputs/tables/`; `--committed` rebuilds the committed tables (`results/tables/`) from `results/runs/` only,
@@ -9,7 +9,11 @@ against), `lra.csv` (wide: `<task>_{mean,std,n}` in percent, then per published 
 `<task>_delta_<reference>` = ours − published), `lra.md` (best per column in bold, published columns and deltas
 beside ours, runs not averaged with the reason: failed, duplicate, config drift, ...), `lra.tex` (booktabs, one
 table per tag), PNG plots and, with `--html`, the leaderboard page `index.html` (+ `index_files/`, see
-`results.html`; `--run-figures` adds each run's own learning curve, a second or so per run); prints the markdown.
+`results.html`; `--run-figures` adds each run's own learning curve, a second or so per run).
+It prints a short summary (where the tables went, how many runs and sections, what was not averaged and why);
+`--print` prints the markdown instead (on stdout, the summary then on stderr), `--verbose` lists every file written.
+`--tag TAG` keeps the tag's sections, its derived ones (`TAG · <settings>`, `TAG · yours`) included, or one
+section given by its full heading name, and says what it left out.
 Nothing is written when no usable record is found.
 Analysis records (`kind: analysis`, from `analyses`) become `<analysis>.{csv,md}` each.
 """
@@ -32,7 +36,8 @@ from results.markdown import shared_protocol_notes, to_markdown
 from results.microscope import NAME as MICROSCOPE
 from results.microscope import write_microscope_tables
 from results.plots import write_plots
-from results.protocol import protocol_notes, shared_protocols
+from results.protocol import base_tag, protocol_notes, shared_protocols
+from results.report import left_out_lines, select_tag, summary_lines
 from results.rules import read_rules, split_spread_note
 from results.summary import (
     DEFAULT_REFERENCES,
@@ -66,7 +71,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", default=None, help=f"output directory (default: {USER_OUT})")
     parser.add_argument("--committed", action="store_true",
                         help=f"rebuild the committed tables: read only {COMMITTED_ROOT}, write {COMMITTED_OUT}")
-    parser.add_argument("--tag", default=None, help="keep only runs with this config tag (default: all tags)")
+    parser.add_argument("--tag", default=None,
+                        help="keep only this tag's sections, its derived ones (TAG · <settings>, TAG · yours) "
+                             "included, or one section by its full heading name (default: all tags)")
     parser.add_argument("--reference", action="append", choices=[*sorted(REFERENCES), "all"], default=None,
                         help=f"published table(s) to show beside ours (default: {', '.join(DEFAULT_REFERENCES)}; "
                              "each only beside the runs it applies to; repeatable; "
@@ -78,6 +85,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--run-figures", action="store_true",
                         help="with --html, also draw every run's own learning curve in its block (about a second a "
                              "run; without it each table's runs share one figure)")
+    parser.add_argument("--print", action="store_true", dest="print_tables",
+                        help="print the tables (lra.md) on stdout; the summary goes to stderr")
+    parser.add_argument("--verbose", action="store_true", help="also list every file written")
     args = parser.parse_args(argv)
     if args.run_figures and not args.html:
         parser.error("--run-figures draws figures of the page: give --html with it")
@@ -100,36 +110,37 @@ def split_notes(found: tuple[Path, dict] | None, rules: pd.DataFrame, long: pd.D
     return {tag: note for tag, data in zip(shown["tag"], shown["test_data"]) if note and test and data == test}
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Collect, summarize, write the tables and plots and print the markdown; always exits 0 unless I/O fails."""
-    args = parse_args(argv)
-    try:
-        check_output_folder(args.out)
-    except OSError as err:  # a read-only folder, a link where a table or plot goes
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    for root in [r for r in args.roots if not Path(r).exists()]:
-        print(f"warning: {root} does not exist", file=sys.stderr)
+def write_analyses(args: argparse.Namespace) -> dict[str, tuple[Path, dict]]:
+    """Write each analysis record's tables and name them in one line on stderr (one line each, naming the files,
+    with ``--verbose``)."""
     analyses = find_analyses(args.roots)
     for name, (path, record) in analyses.items():
         if name == MICROSCOPE:  # its own page: two parts and figures
             written = write_microscope_tables(record, args.out, path)
         else:
             written = write_analysis_tables(name, record, args.out)
-        print(f"analysis {name} ({path}): wrote {', '.join(map(str, written))}", file=sys.stderr)
-    everything, problems = collect(args.roots)
-    long = everything
-    if args.tag is not None:
-        long = everything[everything["tag"] == args.tag]
-        problems = [p for p in problems if p.tag in (None, args.tag)]
-    if long.empty:
-        tag = f" with tag {args.tag!r}" if args.tag is not None else ""
-        print(f"No usable result.json records{tag} found under: {', '.join(args.roots)}. Nothing written.")
-        if args.tag is not None and not everything.empty:
-            print(f"Tags found: {', '.join(sorted(everything['tag'].unique()))}.")
-        for problem in problems:
-            print(f"  {problem.kind}: {problem.path}: {problem.message}")
-        return 0
+        if args.verbose:
+            print(f"analysis {name} ({path}): wrote {', '.join(map(str, written))}", file=sys.stderr)
+    if analyses and not args.verbose:
+        print(f"Analysis tables written to {args.out}: {', '.join(analyses)} (--verbose lists the files)",
+              file=sys.stderr)
+    return analyses
+
+
+def say_nothing_found(args: argparse.Namespace, everything: pd.DataFrame, problems: list, left_out: list[str]) -> None:
+    """What is printed when no usable run record is left to tabulate (nothing is written then)."""
+    tag = f" with tag {args.tag!r}" if args.tag is not None else ""
+    print(f"No usable result.json records{tag} found under: {', '.join(args.roots)}. Nothing written.")
+    if args.tag is not None and not everything.empty:
+        print(f"Tags found: {', '.join(sorted(everything['tag'].map(base_tag).unique()))}.")
+        print("\n".join(left_out))
+    for problem in problems:
+        print(f"  {problem.kind}: {problem.path}: {problem.message}")
+
+
+def write_tables(args: argparse.Namespace, long: pd.DataFrame, problems: list,
+                 analyses: dict[str, tuple[Path, dict]]) -> tuple[str, list[Path]]:
+    """Summarize ``long`` and write the tables, plots and (``--html``) the page: (the markdown, the files written)."""
     rules = read_rules(args.roots)
     summary = add_escapes(summarize(long, rules), long)
     names = list(REFERENCES) if "all" in (args.reference or []) else list(dict.fromkeys(args.reference or []))
@@ -148,10 +159,37 @@ def main(argv: list[str] | None = None) -> int:
     write_atomic(out / "lra.md", markdown)
     write_atomic(out / "lra.tex", to_latex(summary, references))
     plots = write_plots(summary, long, out)
-    print(markdown, end="")
     site = write_site(out, summary, long, problems, frames, args.roots, shared, args.run_figures) if args.html else []
-    written = [out / "runs.csv", out / "lra.csv", out / "lra.md", out / "lra.tex", *plots, *site]
-    print(f"wrote {', '.join(map(str, written))}", file=sys.stderr)
+    return markdown, [out / "runs.csv", out / "lra.csv", out / "lra.md", out / "lra.tex", *plots, *site]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Collect, summarize, write the tables and plots and print a short summary of them (the markdown itself with
+    ``--print``); always exits 0 unless I/O fails."""
+    args = parse_args(argv)
+    try:
+        check_output_folder(args.out)
+    except OSError as err:  # a read-only folder, a link where a table or plot goes
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for root in [r for r in args.roots if not Path(r).exists()]:
+        print(f"warning: {root} does not exist", file=sys.stderr)
+    analyses = write_analyses(args)
+    everything, problems = collect(args.roots)
+    long, left_out = everything, []
+    if args.tag is not None:
+        long, problems = select_tag(everything, problems, args.tag)
+        left_out = left_out_lines(everything, long, args.tag)
+    if long.empty:
+        say_nothing_found(args, everything, problems, left_out)
+        return 0
+    markdown, written = write_tables(args, long, problems, analyses)
+    if args.print_tables:
+        print(markdown, end="")
+    report = sys.stderr if args.print_tables else sys.stdout  # with --print, stdout holds lra.md alone
+    lines = summary_lines(Path(args.out), long, problems, written, args.html) + left_out
+    lines += [f"  {path}" for path in written] if args.verbose else []
+    print("\n".join(lines), file=report)
     return 0
 
 

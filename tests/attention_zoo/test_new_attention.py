@@ -216,6 +216,6 @@ def test_run_py_trains_it_and_results_tabulate_it(generated, tmp_path):
     out = tmp_path / "tables"
     with contextlib.redirect_stdout(io.StringIO()) as printed, contextlib.redirect_stderr(io.StringIO()):
         assert results_main([str(tmp_path / "runs"), "--out", str(out), "--html"]) == 0
-    assert f"| {NAME} " in printed.getvalue() and f"| {NAME} " in (out / "lra.md").read_text()
+    assert "Runs: 1 completed" in printed.getvalue() and f"| {NAME} " in (out / "lra.md").read_text()
     assert f",{NAME}," in (out / "runs.csv").read_text()
     assert f"<tr><td>{NAME}</td>" in (out / "index.html").read_text()  # its row in the page's table

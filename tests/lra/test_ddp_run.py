@@ -119,7 +119,7 @@ def test_sigterm_to_one_rank_stops_both_after_the_same_batch(reference, tiny_dat
     ends where the uninterrupted run did."""
     stopped = stop_after_first_checkpoint(tmp_path, tiny_data_dir, signal.SIGTERM, to=to)
     assert stopped.returncode == 143, stopped.stderr[-2000:]
-    assert stopped.stderr.count("interrupted by SIGTERM") == 1 and "train_ddp_process" not in stopped.stderr
+    assert stopped.stderr.count("stopped by SIGTERM: last.ckpt") == 1 and "train_ddp_process" not in stopped.stderr
     assert json.loads((tmp_path / "result.json").read_text())["status"] == "interrupted"
     saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert 4 <= saved["global_step"] < 12 and saved["torch_rng_states"].shape[0] == 2

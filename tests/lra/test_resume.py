@@ -115,7 +115,7 @@ NOISE = ("litlogger", "LeafSpec", "`weights_only` was not set", "exists and is n
 def test_ctrl_c_saves_a_checkpoint_prints_the_rerun_command_and_exits_130(tiny_data_dir, tmp_path):
     stopped = start_and_stop_after_first_checkpoint(tmp_path, tiny_data_dir, signal.SIGINT)
     assert stopped.returncode == 130, stopped.stderr[-2000:]
-    assert "interrupted by Ctrl-C" in stopped.stderr and "rerun the same command to resume" in stopped.stderr
+    assert "interrupted (Ctrl-C, SIGINT)" in stopped.stderr and "rerun the same command to resume" in stopped.stderr
     assert f"python {ROOT / 'run.py'} attention=linear" in stopped.stderr and "Traceback" not in stopped.stderr
     record = json.loads((tmp_path / "result.json").read_text())
     assert record["status"] == "interrupted" and "Ctrl-C" in record["error"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -11,10 +12,11 @@ import pytest
 import torch
 
 import attention_zoo
-from lra.errors import UserError
+from lra.callbacks import CheckpointOnPreemption
+from lra.errors import UserError, refused_before_training
 from lra.record import RunRecord
 from lra.train import run
-from tests.lra.conftest import ROOT, TINY, compose_config, torchless_env
+from tests.lra.conftest import ROOT, TINY, compose_config, tiny, torchless_env
 
 
 def run_py(*args: str, cwd) -> subprocess.CompletedProcess:
@@ -52,12 +54,61 @@ def test_training_checkpoints_best_validation_and_tests_it(tiny_overrides, tmp_p
     assert set(json.loads((tmp_path / "result.json").read_text())) <= set(RunRecord.__annotations__)
 
 
-def test_failed_run_leaves_a_failed_record(tiny_overrides, tmp_path):
+def test_settings_refused_by_run_leave_no_record(tiny_overrides, tmp_path):
     cfg = compose_config(["attention=softmax", "trainer=debug", "model.heads=3", *tiny_overrides])
-    with pytest.raises(UserError, match="not divisible by model.heads=3"):
+    with pytest.raises(UserError, match="not divisible by model.heads=3") as error:
         run(cfg, tmp_path)
+    assert refused_before_training(error.value) and not (tmp_path / "result.json").exists()
+
+
+def test_a_user_error_during_training_leaves_a_failed_record(tiny_data_dir, tmp_path, monkeypatch):
+    def fail_at_step_2(self, trainer, *args):
+        if trainer.global_step == 2:
+            raise UserError("stopped while training")
+
+    monkeypatch.setattr(CheckpointOnPreemption, "on_train_batch_start", fail_at_step_2, raising=False)
+    with pytest.raises(UserError, match="stopped while training") as error:
+        run(tiny(tiny_data_dir), tmp_path)
     saved = json.loads((tmp_path / "result.json").read_text())
-    assert saved["status"] == "failed" and "not divisible" in saved["error"]
+    assert not refused_before_training(error.value)
+    assert saved["status"] == "failed" and saved["error"] == "stopped while training" and saved["steps"] == 2
+
+
+def test_run_py_with_no_prepared_data_writes_no_record_and_removes_the_folder_it_made(tmp_path):
+    empty, folder, earlier = tmp_path / "empty", tmp_path / "run", tmp_path / "earlier"
+    empty.mkdir()
+    (earlier / "notes").mkdir(parents=True)
+    for run_dir in (folder, earlier):
+        result = run_py("task=text", "attention=linear", "experiment=quick", f"data_dir={empty}",
+                        f"hydra.run.dir={run_dir}", cwd=tmp_path)
+        assert result.returncode == 2 and f"python -m data_prep text --source PATH --out {empty}" in result.stderr
+        assert "Traceback" not in result.stderr and "Logging error" not in result.stderr
+    assert not folder.exists()  # this command made it: gone
+    assert (earlier / "notes").is_dir() and not (earlier / "result.json").exists()  # there before: kept, no record
+
+
+def damage(split_file) -> None:
+    """Flip one byte in the middle of ``split_file``: its checksum no longer matches the manifest's."""
+    blob = bytearray(split_file.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    split_file.write_bytes(bytes(blob))
+
+
+def test_bad_data_leaves_no_record_and_keeps_the_folders_earlier_one(tmp_path):
+    data, folder = tmp_path / "data", tmp_path / "run"
+    cfg = tiny(data)
+    subprocess.run([sys.executable, "-m", "data_prep", "listops", "--out", str(data / "quick"), "--train", "160",
+                    "--val", "64", "--test", "64", "--min-length", "20", "--max-length", "60"],  # TINY's ListOps
+                   cwd=ROOT, check=True, capture_output=True, timeout=120)
+    damage(data / "quick" / "listops" / "val.npz")
+    with pytest.raises(UserError, match=r"val.npz.*python -m data_prep listops") as error:
+        run(cfg, folder)
+    assert refused_before_training(error.value) and not (folder / "result.json").exists()
+    earlier = {"task": "listops", "attention": "linear", "seed": 0, "status": "interrupted"}
+    (folder / "result.json").write_text(json.dumps(earlier))
+    with pytest.raises(UserError, match="val.npz"):
+        run(cfg, folder)
+    assert json.loads((folder / "result.json").read_text()) == earlier
 
 
 def test_run_py_quick_command_and_two_job_multirun(tiny_data_dir, tmp_path):
@@ -80,22 +131,30 @@ def test_run_py_quick_command_and_two_job_multirun(tiny_data_dir, tmp_path):
 
 
 @pytest.mark.parametrize("override,expected", [
-    ("attention=nope", "Available options in 'attention'"),
-    ("task=nope", "Available options in 'task'"),
+    ("attention=nope", "attention=nope: attention has no option 'nope'; Valid options for attention: based,"),
+    ("task=nope", "task=nope: task has no option 'nope'; Valid options for task: ar, image,"),
     ("+attention.degre=3", "valid options: degree=4"),
 ])
 def test_user_errors_are_one_clear_message(override, expected, tmp_path):
     result = run_py("attention=llops", override, "trainer=debug", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
-    assert result.returncode != 0
+    assert result.returncode == 2
     assert expected in result.stderr + result.stdout
     assert "Traceback" not in result.stderr
+
+
+def slurm_launcher_case() -> tuple[list[str], str]:
+    """``hydra/launcher=slurm`` as the installed environment answers it: without the ``slurm`` extra, refused with
+    the install command; with it, the preset composes and the settings check still refuses a bad value."""
+    if importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
+        return ["hydra/launcher=slurm"], 'pip install -e ".[slurm]"'
+    return ["hydra/launcher=slurm", "model.dim=65"], "not divisible by model.heads=2"
 
 
 def test_run_py_refuses_a_typo_before_importing_torch(tmp_path):
     env = torchless_env(tmp_path)
     for args, message in ((["+task.max_stepz=10"], "Valid keys under task"),
                           (["model.dim=65"], "not divisible by model.heads=2"),
-                          (["hydra/launcher=slurm"], 'pip install -e ".[slurm]"')):
+                          slurm_launcher_case()):
         result = subprocess.run([sys.executable, str(ROOT / "run.py"), *args, f"hydra.run.dir={tmp_path / 'run'}"],
                                 cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
         assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]

@@ -76,9 +76,32 @@ def test_a_key_the_config_lacks_names_the_closest_keys_not_the_plus_spelling(arg
 
 @pytest.mark.parametrize("argv", [["task.max_steps=10"], ["task.causal=true"], ["+task.max_step=1"],
                                   ["task=listops,text", "task.optim.lr=1e-3"], ["hydra.job.chdir=true"],
-                                  ["trainer.max_epochs=3"]])
+                                  ["+trainer.max_epochs=3"], ["attention=linear,softmax"], ["hydra/launcher=basic"],
+                                  ["hydra.run.dir=x", "hydra.sweeper.params.x=1"], ["+hydra.job.env_set.A=1"]])
 def test_valid_or_optional_keys_and_additions_are_left_to_the_other_checks(argv):
     assert unknown_override(argv) is None
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["trainer.max_step=100"], "trainer.max_step=100: trainer has no key 'max_step'; did you mean trainer.max_steps"),
+    (["trainer.max_epochs=3"], "trainer.max_epochs=3: trainer has no key 'max_epochs' (conf/trainer does not set "
+                               "this Lightning Trainer argument); add it with +trainer.max_epochs=..."),
+    (["foo=3"], "foo=3: the config has no key 'foo'; Valid keys under the config: attention,"),
+    (["attention=lineer"], "attention=lineer: attention has no option 'lineer'; did you mean attention=linear or "
+                           "attention=linformer? Valid options for attention: based, bigbird,"),
+    (["task=listop"], "did you mean task=listops? Valid options for task: ar, image, listops,"),
+    (["experiment=quik"], "did you mean experiment=quick? Valid options for experiment: lra_original, quick,"),
+    (["trainer=cpuu"], "did you mean trainer=cpu? Valid options for trainer: cpu, ddp,"),
+    (["hydra/launcher=jobli"], "did you mean hydra/launcher=joblib? Valid options for hydra/launcher: basic, joblib,"),
+    (["attention=linear,lineer"], "attention=lineer: attention has no option 'lineer'"),
+    (["hydra.job.chdirr=true"], "hydra.job.chdirr=true: hydra.job has no key 'chdirr'; did you mean hydra.job.chdir?"),
+    (["hydra/launcher=joblib", "hydra.launcher.n_job=2"], "did you mean hydra.launcher.n_jobs?"),
+    (["+trainer.max_stepz=2"], "+trainer.max_stepz=2: 'max_stepz' is not an argument of Lightning's Trainer; did you "
+                               "mean trainer.max_steps"),
+], ids=["trainer_key", "trainer_argument", "top_key", "attention", "task", "experiment", "trainer", "launcher",
+        "sweep", "hydra_key", "launcher_key", "added_trainer_key"])
+def test_every_group_option_and_key_gets_the_closest_names(argv, message):
+    assert message in unknown_override(argv)
 
 
 def test_run_py_refuses_these_before_importing_torch(tmp_path):
@@ -86,8 +109,11 @@ def test_run_py_refuses_these_before_importing_torch(tmp_path):
     for args, message in ((["task.optim.lr=nan"], "error: task.optim.lr=nan: must be a finite number > 0"),
                           (["attention=llops", "attention.degree=abc"], "must be an integer like its default"),
                           (["attention=llops", "attention.eps=-1.0"], "attention.eps=-1.0: must be > 0"),
-                          (["task.max_step=100"], "did you mean task.max_steps")):
+                          (["task.max_step=100"], "did you mean task.max_steps"),
+                          (["trainer.max_step=100"], "did you mean trainer.max_steps"),
+                          (["attention=lineer"], "did you mean attention=linear"),
+                          (["-m", "hydra/launcher=jobli"], "did you mean hydra/launcher=joblib")):
         result = subprocess.run([sys.executable, str(ROOT / "run.py"), *args, f"hydra.run.dir={tmp_path / 'run'}"],
                                 cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
         assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
-        assert "Traceback" not in result.stderr and "use +task" not in result.stderr
+        assert not any(hydra_words in result.stderr for hydra_words in ("Traceback", "use +", "Available options"))

@@ -173,7 +173,7 @@ def run_cli(*args, cwd):
 
 def test_cli_writes_tables(runs, tmp_path):
     out = tmp_path / "tables"
-    result = run_cli(runs, "--out", out, cwd=tmp_path)
+    result = run_cli(runs, "--out", out, "--print", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     plots = {f"lra_{tag}_{kind}.png" for tag in ("default", "quick") for kind in ("accuracy", "time")}
     assert {p.name for p in out.iterdir()} == {"runs.csv", "lra.md", "lra.csv", "lra.tex"} | plots
@@ -190,7 +190,9 @@ def test_cli_tag_filter(runs, tmp_path):
     out = tmp_path / "tables"
     result = run_cli(runs, "--out", out, "--tag", "default", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "## tag `default`" in result.stdout and "## tag `quick`" not in result.stdout
+    markdown = (out / "lra.md").read_text()
+    assert "## tag `default`" in markdown and "## tag `quick`" not in markdown
+    assert "--tag 'default' left out" in result.stdout and "'quick':" in result.stdout
     assert set(pd.read_csv(out / "lra.csv")["tag"]) == {"default"}
 
 
