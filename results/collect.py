@@ -35,7 +35,7 @@ CLASSIC_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
 UNTAGGED = "untagged"
 COLUMNS = [
     "task", "attention", "seed", "tag", "status", "metric", "value",
-    "git_sha", "wall_time_s", "params", "tokens_per_s", "device", "machine", "protocol", "path",
+    "git_sha", "wall_time_s", "params", "tokens_per_s", "steps", "device", "machine", "protocol", "path",
 ]
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # an analysis or published-table name: one plain file stem
 REFERENCE_DIR = Path(__file__).with_name("reference")
@@ -250,6 +250,7 @@ def parse_run(path: Path, record: RunRecord) -> tuple[dict, list[Problem]]:
         "tag": record_tag(record), "status": str(record["status"]),
         "git_sha": record.get("git_sha"), "wall_time_s": whole_run_time(record),
         "params": record.get("params"), "tokens_per_s": record.get("tokens_per_s"),
+        "steps": record.get("steps") if finite_number(record.get("steps")) else None,
         "device": device_kind(record.get("segments")), "machine": machine_summary(record.get("segments")),
         "path": path.as_posix(), "finished_at": str(record.get("finished_at") or ""),
         "config": record.get("config"), "protocol": "", "experiment": recorded_experiment(record),

@@ -166,13 +166,15 @@ def tag_part(tag: str, summary: pd.DataFrame, wide: pd.DataFrame, long: pd.DataF
     tasks = shown_tasks(mine) if not mine.empty else []
     runs = long[long["tag"] == tag]
     parts = [f'<h2 id="{short_id("tag", tag)}">tag <code>{esc(tag)}</code></h2>']
-    notes = (tag_notes(tag, mine) if not mine.empty else []) + protocol_notes(runs).get(tag, []) + list(shared or [])
-    missing = [note for note in notes if note.startswith("Missing for ")]
+    steps = runs.loc[runs["status"] == "completed", "steps"] if "steps" in runs else []
+    notes = (tag_notes(tag, mine, steps) if not mine.empty else []) + protocol_notes(runs).get(tag, [])
+    notes += list(shared or [])
+    missing = [note for note in notes if note.startswith("Missing (no completed run)")]
     notes = [note for note in notes if note not in missing]
     if notes:
         parts.append('<ul class="notes">' + "".join(f"<li>{inline(note)}</li>" for note in notes) + "</ul>")
     if missing:
-        parts.append(f'<details class="notes"><summary>Classic tasks not run ({len(missing)} attention(s))</summary>'
+        parts.append("<details class=\"notes\"><summary>Classic tasks not run</summary>"
                      "<ul>" + "".join(f"<li>{inline(note)}</li>" for note in missing) + "</ul></details>")
     sections, written = {}, []
     for task in tasks:

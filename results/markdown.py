@@ -228,8 +228,18 @@ def reading_notes(references: dict[str, pd.DataFrame]) -> str:
     return "\n".join(f"- {line}" for line in lines)
 
 
-def tag_notes(tag: str, summary: pd.DataFrame) -> list[str]:
-    """Under one tag's table: a warning unless it is the full protocol, and the classic tasks not run."""
+def steps_text(steps) -> str:
+    """``1,500 steps`` or ``100-1,500 steps`` for the training steps the runs took ("" when none is known)."""
+    known = sorted({int(step) for step in steps if pd.notna(step)})
+    if not known:
+        return ""
+    span = f"{known[0]:,}" if len(known) == 1 else f"{known[0]:,}-{known[-1]:,}"
+    return f"{span} steps"
+
+
+def tag_notes(tag: str, summary: pd.DataFrame, steps=()) -> list[str]:
+    """Under one tag's table: a warning unless it is the full protocol, and the classic tasks not run; ``steps``
+    are the training steps its completed runs took."""
     lines = []
     if SECTION_SEP in tag:
         base = base_tag(tag)
@@ -241,8 +251,9 @@ def tag_notes(tag: str, summary: pd.DataFrame) -> list[str]:
             lines.append("Your runs (outside `results/runs/`): shown apart from the committed runs of this tag, "
                          "never averaged with them.")
     if base_tag(tag) == QUICK_TAG:
-        lines.append("**Pipeline check at reduced scale** (ListOps lengths 50-200, 1.5k steps on a CPU): it shows "
-                     "that every attention trains, not how they rank; no published number is comparable.")
+        took = steps_text(steps)
+        lines.append(f"**Pipeline check at reduced scale** (short sequences{', ' + took if took else ''} on a CPU): "
+                     "it shows that every attention trains, not how they rank; no published number is comparable.")
     elif base_tag(tag) != DEFAULT_TAG and SECTION_SEP not in tag:
         tagged = "carry no `tag`" if tag == UNTAGGED else f"are tagged `{md_code(tag)}`, not `{DEFAULT_TAG}`"
         lines.append(f"These runs {tagged}: a published table is shown beside them only when it follows the "
@@ -344,7 +355,8 @@ def to_markdown(summary: pd.DataFrame, problems: list[Problem], references: dict
     for tag in tags:
         mine = summary[summary["tag"] == tag]
         parts += [f"## tag `{md_code(tag)}`", tag_table(tag, mine, references, published_rows)]
-        lines = tag_notes(tag, mine) + (notes or {}).get(tag, []) + peer_code_notes(tag, summary)
+        steps = [] if long is None else long.loc[(long["tag"] == tag) & (long["status"] == "completed"), "steps"]
+        lines = tag_notes(tag, mine, steps) + (notes or {}).get(tag, []) + peer_code_notes(tag, summary)
         lines += [f"`({label})`: {md_text(frame.attrs['notes'])}" for label, frame in references.items()
                   if shown_beside(tag, frame) and frame.attrs.get("notes") and tag in set(mine["tag"])]
         here = None if long is None else long[long["tag"] == tag]

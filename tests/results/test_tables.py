@@ -148,3 +148,11 @@ def test_main_writes_latex_and_delta_csv(tmp_path):
     assert row["listops_xformers_port"] == pytest.approx(37.5) and math.isnan(row["listops_delta_xformers_port"])
     assert r"\emph{Skyformer port}" in (out / "lra.tex").read_text()
     assert "listops Δ (Nystromformer port)" in (out / "lra.md").read_text()
+
+
+def test_the_quick_note_gives_the_steps_its_runs_took(tmp_path):
+    write_record(tmp_path, "listops", "linear", 0, 0.3, tag="quick", steps=100)
+    write_record(tmp_path, "listops", "softmax", 0, 0.3, tag="quick", steps=1500)
+    long, problems = collect([tmp_path])
+    markdown = to_markdown(summarize(long), problems, {}, long=long)
+    assert "(short sequences, 100-1,500 steps on a CPU)" in markdown and "1.5k" not in markdown
