@@ -59,9 +59,15 @@ def listops_rule(task_dir: Path, tag: str, command: str) -> dict:
 
 
 def data_dir_for(tag: str, task: str, data_dir: str | None) -> Path:
-    """`<task.data.root>/<task>` of the config `run.py task=<task> [experiment=<tag>]` composes."""
-    from lra.config import compose
+    """`<task.data.root>/<task>` of the config `run.py task=<task> [experiment=<tag>]` composes; for a tag of no
+    experiment (runs made by a peer's own code, `nystromformer_code`) `data_dir` names the data itself."""
+    from lra.config import CONF_DIR, compose
 
+    if tag != "default" and not (CONF_DIR / "experiment" / f"{tag}.yaml").is_file():
+        if data_dir:
+            return Path(data_dir) / task
+        raise ValueError(f"tag {tag!r} has no experiment (conf/experiment/{tag}.yaml): give --data-dir, the data its "
+                         f"runs trained on")
     overrides = [f"task={task}"] + ([] if tag == "default" else [f"experiment={tag}"])
     overrides += [f"data_dir={data_dir}"] if data_dir else []
     config = compose(overrides)
@@ -98,36 +104,6 @@ def read_rules(roots) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["tag", "task", "rule", "value", "val", "test_data"])
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m results.rules", description=__doc__.splitlines()[0])
-    parser.add_argument("--task", default="listops", choices=sorted(RULES))
-    parser.add_argument("--tag", action="append", default=None,
-                        help="the runs' tag whose data to fit on (default, or an experiment's tag); repeatable")
-    parser.add_argument("--data-dir", default=None, help="as run.py's data_dir (default: the config's)")
-    parser.add_argument("--committed", action="store_true", help=f"write under {COMMITTED_ROOT}/rules")
-    args = parser.parse_args(argv)
-    root = COMMITTED_ROOT if args.committed else USER_ROOT
-    status = 0
-    for tag in args.tag or ["default"]:
-        command = f"python -m results.rules --task {args.task} --tag {tag}"
-        try:
-            record = listops_rule(data_dir_for(tag, args.task, args.data_dir), tag, command)
-        except (DataError, ValueError) as err:
-            print(f"error: {err}", file=sys.stderr)
-            status = 2
-            continue
-        path = root / "rules" / args.task / f"{tag}.json"
-        write_atomic(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
-        print(f"{args.task} {tag}: {record['rule']} test {100 * record['test_acc']:.2f}%, validation "
-              f"{100 * record['val_acc']:.2f}%; root-only ceilings test {100 * record['test_ceiling']:.2f}%, "
-              f"validation {100 * record['val_ceiling']:.2f}% -> {path}")
-    return status
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def split_spread_note(record: dict) -> str | None:
     """The note under a ListOps table from an ``analyses.listops_splits`` record: how far a fresh test split moves
     the root-operator rule and its ceiling, and where the section's own split falls; None for a malformed one."""
@@ -145,3 +121,35 @@ def split_spread_note(record: dict) -> str | None:
     except (KeyError, TypeError, ValueError):
         return None
     return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m results.rules", description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="listops", choices=sorted(RULES))
+    parser.add_argument("--tag", action="append", default=None,
+                        help="the runs' tag whose data to fit on (default, or an experiment's tag); repeatable")
+    parser.add_argument("--data-dir", default=None, help="as run.py's data_dir (default: the config's)")
+    parser.add_argument("--committed", action="store_true", help=f"write under {COMMITTED_ROOT}/rules")
+    args = parser.parse_args(argv)
+    root = COMMITTED_ROOT if args.committed else USER_ROOT
+    status = 0
+    for tag in args.tag or ["default"]:
+        command = f"python -m results.rules --task {args.task} --tag {tag}"
+        command += f" --data-dir {args.data_dir}" if args.data_dir else ""
+        try:
+            record = listops_rule(data_dir_for(tag, args.task, args.data_dir), tag, command)
+        except (DataError, ValueError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            status = 2
+            continue
+        path = root / "rules" / args.task / f"{tag}.json"
+        write_atomic(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+        print(f"{args.task} {tag}: {record['rule']} test {100 * record['test_acc']:.2f}%, validation "
+              f"{100 * record['val_acc']:.2f}%; root-only ceilings test {100 * record['test_ceiling']:.2f}%, "
+              f"validation {100 * record['val_ceiling']:.2f}% -> {path}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

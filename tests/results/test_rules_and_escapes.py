@@ -7,6 +7,7 @@ import json
 
 import matplotlib.pyplot as plt
 import pandas as pd
+import pytest
 
 from results import curves
 from results.__main__ import main as results_main
@@ -175,3 +176,11 @@ def test_the_figure_across_tags_has_one_panel_per_tag_in_attention_colours(tmp_p
     assert [ax.get_xlabel() for ax in shown] == ["", "training step", "training step", "training step",
                                                  "training step"]
     plt.close(fig)
+
+
+def test_a_tag_of_no_experiment_takes_its_data_from_data_dir(tmp_path):
+    from results.rules import data_dir_for
+
+    assert data_dir_for("nystromformer_code", "listops", str(tmp_path)) == tmp_path / "listops"
+    with pytest.raises(ValueError, match="has no experiment .* give --data-dir"):
+        data_dir_for("nystromformer_code", "listops", None)
