@@ -19,7 +19,6 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from lra.checks import missing_plugin, unknown_override
 from lra.errors import Diverged, UserError, refused_before_training
 from lra.hydra_hooks import (  # + conf/'s resolver
     check_settings,
@@ -29,6 +28,7 @@ from lra.hydra_hooks import (  # + conf/'s resolver
     job_refusal,
     note_job,
 )
+from lra.overrides import missing_plugin, unknown_override
 from lra.record_compat import old_experiment_spelling
 from lra.settings import complete
 

@@ -41,11 +41,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from .atomic import LinkRefused, NotWritable, check_writable, refuse_link, write_atomic
-from .checks import NAME_KEYS, check_added_keys, check_config, check_name, check_names
+from .checks import NAME_KEYS, check_config, check_name, check_names
 from .config import CONF_DIR
 from .errors import UserError
 from .identity import IN_THE_PATH, flatten, where_or_how
 from .lock import LOCK_NAME, run_folder_lock
+from .overrides import check_added_keys
 from .run_files import bounded_name
 from .same_run import refuse_other_run
 from .settings import complete

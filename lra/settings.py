@@ -121,7 +121,7 @@ def _schema_fields(schema: type) -> dict[str, Any]:
 
 def optional_keys(schema: type = Run, where: str = "") -> dict[str, tuple[str, ...]]:
     """``{"task": ("causal", "truncate"), ...}``: per section, the keys a config may leave out (they have a
-    default here), so ``+task.truncate=...`` may add them (``lra.checks``)."""
+    default here), so ``+task.truncate=...`` may add them (``lra.overrides``)."""
     found: dict[str, tuple[str, ...]] = {}
     optional = tuple(f.name for f, _ in _schema_fields(schema).values()
                      if f.default is not MISSING or f.default_factory is not MISSING)

@@ -10,9 +10,10 @@ import pytest
 
 import attention_zoo
 from lra.attention_options import check_attention_options, declared
-from lra.checks import check_config, unknown_override
+from lra.checks import check_config
 from lra.config import CONF_DIR
 from lra.errors import UserError
+from lra.overrides import unknown_override
 from tests.lra.conftest import ROOT, compose_config, torchless_env
 
 
