@@ -75,7 +75,8 @@ def write_record(out: Path, args) -> int:
     tests = [e for e in entries if e.get("component") == "test"]
     last = max((int(e["train_step_idx"]) for e in dev), default=-1)
     done = bool(tests) and last == training["num_train_steps"] - 1
-    test_labels = np.array([int(e["label"]) for e in port_examples(args.data_dir, "test")])
+    examples = port_examples(args.data_dir, "test")
+    test_labels = np.array([int(e["label"]) for e in examples])
     metrics: dict[str, float] = {
         "majority_acc": float(np.bincount(test_labels).max() / test_labels.size),
     }
@@ -86,7 +87,6 @@ def write_record(out: Path, args) -> int:
     config = model_config(modules)
     params = sum(p.numel() for p in modules["model_wrapper"].ModelForSC(config).parameters())
     if done:
-        examples = port_examples(args.data_dir, "test")
         metrics["test_acc_all"] = full_split_accuracy(modules, config, out / "logs" / MODEL_NAME, examples)
     segment = {"from_step": 0, "device": "cpu", "cpu": facts.get("device", "unknown"), "threads": facts.get("threads"),
                "malloc": facts.get("allocator"), "precision": "32-true", "torch": facts.get("torch"), "processes": 1}
