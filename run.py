@@ -17,9 +17,6 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
-
-from lra.errors import Diverged, UserError, refused_before_training
 from lra.hydra_hooks import (  # + conf/'s resolver
     check_settings,
     discard_created_folder,
@@ -31,6 +28,8 @@ from lra.hydra_hooks import (  # + conf/'s resolver
 from lra.overrides import missing_plugin, unknown_override
 from lra.record_compat import old_experiment_spelling
 from lra.settings import complete
+from lra_base.errors import Diverged, UserError, refused_before_training
+from omegaconf import DictConfig, OmegaConf
 
 log = logging.getLogger("run")
 
@@ -76,11 +75,10 @@ def main(cfg: DictConfig) -> float | None:
             return None
         sys.exit(2)
 
-    from pytorch_lightning.utilities.exceptions import SIGTERMException
-    from pytorch_lightning.utilities.rank_zero import rank_zero_only
-
     from lra.callbacks import sent_signal, stop_signal, stopped_by
     from lra.train import run
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+    from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
     try:
         record = run(config, run_dir, locked=holds_lock(run_dir))

@@ -18,9 +18,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-
-from lra.atomic import write_atomic
 from lra.record import INTERRUPTED, RECORD_NAME, now, package_versions, write_json_atomic
+from lra_base.atomic import write_atomic
 
 LOG_NAME = "listops_softmax_output.log"
 MODEL_NAME = "listops_softmax_output.model"

@@ -56,13 +56,12 @@ def train_or_reuse(cfg: dict[str, Any], run_dir: Path, threads: int | None = Non
     """The completed record in ``run_dir`` when its settings are ``cfg``'s, or its committed copy's when the folder
     is empty (``archived_record``), else the record of training it there.
 
-    Raises what the training raises, and ``lra.errors.UserError`` when ``run_dir`` holds a run of other settings
+    Raises what the training raises, and ``lra_base.errors.UserError`` when ``run_dir`` holds a run of other settings
     (a folder copied or renamed by hand; ``lra.same_run``).
     """
     if (record := reusable_record(cfg, run_dir)) is not None:
         return record
     import torch
-
     from lra.train import run
 
     if threads is not None:

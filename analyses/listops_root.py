@@ -42,13 +42,12 @@ from typing import Any
 
 import numpy as np
 import torch
-
 from data_prep.listops_roots import first_tokens, fit_root_rule, label_per_root, predict_by_root
-from lra.atomic import read_regular
 from lra.build import build_data
-from lra.errors import UserError
 from lra.outputs import TABLES
 from lra.record import RECORD_NAME
+from lra_base.atomic import read_regular
+from lra_base.errors import UserError
 
 from ._microscope_models import load_model
 from .plotting import pyplot, save

@@ -28,7 +28,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
-
 from analyses._cells import CellCache, print_plan
 from analyses._mhla_data import (
     DTYPE,
@@ -42,8 +41,8 @@ from analyses._mhla_model import fit_mhla, identifiability_certificate
 from analyses._mhla_report import memory_notes, plot_memory, plot_teacher, summarize, teacher_notes
 from analyses._mhla_training import CoefficientModel, MHLAStack, Summary, normalised_mse, train_adamw
 from analyses.record import ANALYSIS_ROOT, tabulate, write_analysis_record
-from lra.atomic import write_atomic
 from lra.outputs import TABLES
+from lra_base.atomic import write_atomic
 
 TEACHER, MEMORY = "mhla_teacher", "mhla_memory"
 CONVEX = "Alg. 1 (convex)"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lra.atomic import save_figure
+from lra_base.atomic import save_figure
 
 
 def pyplot():

@@ -27,8 +27,6 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from torch import Tensor
-
 from analyses._poly_features import (
     POLY_MAPS,
     hadamard_shared_features,
@@ -41,8 +39,9 @@ from analyses.record import ANALYSIS_ROOT, tabulate, write_analysis_record
 from attention_zoo.kernel import causal_products, kernel_attention, naive_normalized_attention
 from attention_zoo.slay import laguerre_nodes, positive_random_features, quadrature_yat_kernel
 from attention_zoo.yat import naive_yat, unit
-from lra.atomic import write_atomic
 from lra.outputs import TABLES
+from lra_base.atomic import write_atomic
+from torch import Tensor
 
 NAME = "slay_poly_factor"
 PUBLISHED = "slay_poly_approx_table"

@@ -189,7 +189,7 @@ def import_problem(module: str, name: str, roots: list[Path]) -> str | None:
 
 def write(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (folders made)."""
-    from lra.atomic import write_atomic  # standard library only; kept out of `import attention_zoo`
+    from lra_base.atomic import write_atomic  # standard library only; kept out of `import attention_zoo`
 
     write_atomic(path, text)
 

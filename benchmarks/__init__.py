@@ -33,8 +33,8 @@ def taking_turns(ways: Iterable, rounds: int) -> Iterator[tuple[int, object]]:
 
 
 def write_csv(frame, out: str | Path, name: str) -> Path:
-    """A benchmark's CSV ``out/name``, written atomically (``lra.atomic``); says where."""
-    from lra.atomic import write_atomic
+    """A benchmark's CSV ``out/name``, written atomically (``lra_base.atomic``); says where."""
+    from lra_base.atomic import write_atomic
 
     path = Path(out) / name
     write_atomic(path, frame.to_csv(index=False))

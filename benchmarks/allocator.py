@@ -35,8 +35,8 @@ import sys
 import time
 from pathlib import Path
 
-from lra.atomic import write_atomic
 from lra.outputs import BENCH
+from lra_base.atomic import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -65,7 +65,6 @@ def thp_mode() -> str:
 def child(args) -> None:
     """One case: ``args.steps`` timed training steps; prints one JSON line."""
     import pytorch_lightning as pl
-
     from lra.allocator import release_freed_memory, reuse_freed_memory
     from lra.build import build
     from lra.config import compose

@@ -22,17 +22,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import attention_zoo
 import numpy as np
 import torch
-from hydra.errors import HydraException
-
-import attention_zoo
 from benchmarks.revision import import_at
 from benchmarks.step_versions import compare
+from hydra.errors import HydraException
 from lra.allocator import reuse_freed_memory
 from lra.config import compose
-from lra.errors import UserError
 from lra.module import attention_factory
+from lra_base.errors import UserError
 
 
 def batch_lengths(data_dir: Path, batch: int, batches: int, seed: int = 0) -> list[np.ndarray]:

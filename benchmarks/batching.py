@@ -18,20 +18,19 @@ import time
 
 import numpy as np
 import torch
-from hydra.errors import HydraException
-from omegaconf.errors import OmegaConfBaseException
-
 from data_prep.compact import CompactSplit
 from data_prep.listops import NUM_CLASSES, VOCAB, sample_trees
+from hydra.errors import HydraException
 from lra.allocator import reuse_freed_memory
 from lra.build import build_model
 from lra.checks import check_config
 from lra.config import compose
 from lra.data import SequenceDataset, pad_batch
-from lra.errors import UserError
 from lra.machine import cpu_model, read_cpuinfo, vector_units
 from lra.optimizer import adamw
 from lra.sampling import EpochSampler, LengthGroupedSampler
+from lra_base.errors import UserError
+from omegaconf.errors import OmegaConfBaseException
 
 POOLS = (1, 5, 10, 20, 50, 100)
 

@@ -14,10 +14,9 @@ import sys
 import time
 
 import pytorch_lightning as pl
-
 from lra.build import build
 from lra.config import compose
-from lra.errors import UserError
+from lra_base.errors import UserError
 
 
 class LoadingTimer(pl.Callback):

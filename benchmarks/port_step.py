@@ -33,16 +33,15 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
-
 from attention_zoo import extra_inputs
 from lra.allocator import reuse_freed_memory
-from lra.atomic import write_atomic
 from lra.config import compose
 from lra.model import AttentionBlock
 from lra.outputs import BENCH
 from lra.tasks.listops import LitModule
+from lra_base.atomic import write_atomic
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 MECHANISMS = ["softmax", "nystrom", "performer", "linformer", "skyformer"]
 # our options that give the port's ListOps hyperparameters (its config.py extra_attn_config), where ours differ

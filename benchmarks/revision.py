@@ -10,7 +10,7 @@ import tarfile
 from pathlib import Path
 from types import ModuleType
 
-from lra.errors import UserError
+from lra_base.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -37,18 +37,18 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
-
-from benchmarks import attention_name
 from benchmarks.flops import counter, gemm_gflops
 from lra.allocator import reuse_freed_memory
-from lra.atomic import write_atomic
 from lra.build import build
 from lra.config import compose
-from lra.errors import UserError
 from lra.outputs import BENCH
 from lra.settings import eval_batch_size
 from lra.subnormals import flush_subnormals
 from lra.threads import torch_threads
+from lra_base.atomic import write_atomic
+from lra_base.errors import UserError
+
+from benchmarks import attention_name
 
 ATTENTIONS = ["softmax", "linear", "llops"]
 

@@ -22,11 +22,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks import attention_name
 from benchmarks.revision import ROOT, unpack
-from lra.atomic import write_atomic
-from lra.errors import UserError
 from lra.outputs import BENCH
+from lra_base.atomic import write_atomic
+from lra_base.errors import UserError
+
+from benchmarks import attention_name
 
 CODE = ["lra", "attention_zoo", "benchmarks", "conf", "data_prep", "run.py"]
 NEEDED = {"total_min", "floor_min", "gemm_gflops"}  # run_estimate's columns this compares (d750e0e and later)
@@ -68,7 +69,6 @@ def commit_of(rev: str | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     import pandas as pd
-
     from results.bench_tables import run_estimate_versions_table
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run_estimate_versions",

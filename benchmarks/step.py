@@ -18,19 +18,19 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+from benchmarks.loading import LoadingTimer
+from lra.allocator import reuse_freed_memory
+from lra.build import build_model, example_batch, task_names
+from lra.config import CONF_DIR, compose
+from lra.model import AttentionBlock
+from lra.outputs import BENCH
+from lra.subnormals import flush_subnormals
+from lra_base.atomic import write_atomic
+from lra_base.errors import UserError
 from omegaconf import OmegaConf
 from torch import Tensor, nn
 
 from benchmarks import attention_name
-from benchmarks.loading import LoadingTimer
-from lra.allocator import reuse_freed_memory
-from lra.atomic import write_atomic
-from lra.build import build_model, example_batch, task_names
-from lra.config import CONF_DIR, compose
-from lra.errors import UserError
-from lra.model import AttentionBlock
-from lra.outputs import BENCH
-from lra.subnormals import flush_subnormals
 
 LONGEST = 4096  # tasks with longer sequences (Path-X: 16384 tokens) are timed only when --tasks names them
 ATTENTIONS = ["softmax", "linear", "based", "llops"]

@@ -32,19 +32,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attention_zoo
 import pytorch_lightning as pl
 import torch
-
-import attention_zoo
-from benchmarks import attention_name
 from benchmarks.loading import LoadingTimer
 from benchmarks.step import VOCAB
 from lra.allocator import reuse_freed_memory
-from lra.atomic import write_atomic
 from lra.build import build_model, example_batch
 from lra.config import compose
 from lra.outputs import BENCH
 from lra.subnormals import flush_subnormals
+from lra_base.atomic import write_atomic
+
+from benchmarks import attention_name
 
 TASKS = ["text", "retrieval"]
 MIB = 2**20

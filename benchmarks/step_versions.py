@@ -27,16 +27,15 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
-import torch
-
 import lra.dropout
 import lra.model
 import lra.optimizer
+import torch
 from benchmarks.revision import import_at
 from benchmarks.step import PassThrough
 from lra.allocator import reuse_freed_memory
 from lra.config import compose
-from lra.errors import UserError
+from lra_base.errors import UserError
 
 MASK_FUNCTIONS = ("keep_mask", "drop_mask")  # lra.dropout's mask function, by its name at each revision
 PARTS = ["masks", "bernoulli", "dropout", "step"]

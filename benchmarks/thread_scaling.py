@@ -22,17 +22,17 @@ from collections import defaultdict
 
 import pandas as pd
 import pytorch_lightning as pl
-from torch.profiler import ProfilerActivity, profile
-
-from benchmarks import taking_turns, write_csv
 from lra.allocator import reuse_freed_memory
 from lra.build import build
 from lra.config import compose
-from lra.errors import UserError
 from lra.optimizer import adamw
 from lra.outputs import BENCH
 from lra.subnormals import flush_subnormals
 from lra.threads import torch_threads
+from lra_base.errors import UserError
+from torch.profiler import ProfilerActivity, profile
+
+from benchmarks import taking_turns, write_csv
 
 GROUPS = {
     "matmul": {"aten::mm", "aten::bmm", "aten::addmm", "aten::addmm_", "aten::baddbmm", "aten::baddbmm_",

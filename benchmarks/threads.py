@@ -30,8 +30,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from lra.atomic import write_atomic
 from lra.outputs import BENCH
+from lra_base.atomic import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 CHOICE = re.compile(r"threads: (\d+) \(other processes keep ([0-9.]+) of")  # lra.threads' log line

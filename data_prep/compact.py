@@ -4,7 +4,7 @@ A task lives in ``DIR/<task>/``: one ``<split>.npz`` per split and ``manifest.js
 ``tokens`` (all sequences concatenated, smallest unsigned dtype for the vocabulary), ``offsets`` (int64,
 N+1; sequence i is ``tokens[offsets[i]:offsets[i+1]]``) and ``labels`` (int64, N). Tasks with two
 sequences per example add ``tokens2``/``offsets2`` through :func:`write_arrays`. Files are written to a
-temporary name in the same folder and renamed into place (``lra.atomic``); the manifest is written last
+temporary name in the same folder and renamed into place (``lra_base.atomic``); the manifest is written last
 and records each split's SHA-256, so a loader can refuse data that does not match it.
 """
 
@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-
-from lra.atomic import atomic_output
+from lra_base.atomic import atomic_output
 
 FORMAT = "lra-compact"
 VERSION = 1

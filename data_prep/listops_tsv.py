@@ -9,10 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
 from data_prep.compact import fail
 from data_prep.source_files import open_source
-from lra.atomic import atomic_output
+from lra_base.atomic import atomic_output
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 VOCAB = ("<pad>", *(str(d) for d in range(10)), *OPERATORS, "]")

@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from data_prep.compact import MANIFEST_NAME, DataError, manifest_path
-from lra.atomic import check_writable, copy_atomic
-from lra.errors import UserError
-from lra.leftovers import remove_dead_staging
-from lra.lock import holding
+from lra_base.atomic import check_writable, copy_atomic
+from lra_base.errors import UserError
+from lra_base.leftovers import remove_dead_staging
+from lra_base.lock import holding
 
 
 class PublishFailed(DataError, UserError):
@@ -48,7 +48,7 @@ def staged_task_dir(task_dir: Path) -> Iterator[Path]:
     refuse_a_file(target, task_dir)  # before the work, not after it
     check_writable(target.parent, "write the data to another folder (--out DIR)")  # the staging folder goes there
     target.parent.mkdir(parents=True, exist_ok=True)
-    remove_dead_staging(target.parent)  # those of writers killed with kill -9 (lra.leftovers)
+    remove_dead_staging(target.parent)  # those of writers killed with kill -9 (lra_base.leftovers)
     stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".staging", dir=target.parent))
     try:
         with holding(stage):  # while this process lives, its staging folder is not a leftover

@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError
+from lra_base.errors import UserError
 
 ZOO_DIR = Path(__file__).resolve().parents[1] / "attention_zoo"
 BUILD_ARGS = ("head_dim", "num_heads", "max_len")

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError
+from lra_base.errors import UserError
+
 from .module import ClassificationModule, attention_factory
 from .settings import complete, trainer_arguments
 

@@ -3,7 +3,7 @@ when the folder moved, a bad ``last.ckpt`` named.
 
 Lightning writes a checkpoint to a temporary file elsewhere (fsspec's, in the system's temp folder) and copies
 it across file systems, so a full disk left ``last.ckpt`` torn; ``RunFolderCheckpointIO`` writes a temporary
-file beside it and renames it over (``lra.atomic``), so a failed write leaves the previous file whole.
+file beside it and renames it over (``lra_base.atomic``), so a failed write leaves the previous file whole.
 Lightning keeps the best checkpoint's absolute path in ``last.ckpt``; when the run folder is moved or copied,
 it restores that path but not its score, so a resumed run would test (or fail to find) the old folder's file.
 """
@@ -16,12 +16,12 @@ from typing import Any, NamedTuple
 
 import torch
 from lightning_fabric.plugins import TorchCheckpointIO
+from lra_base.atomic import LinkRefused, atomic_output, refuse_link
+from lra_base.errors import UserError
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from .atomic import LinkRefused, atomic_output, refuse_link
 from .data_identity import CHECKPOINT_KEY
 from .disk import disk_full, full_disk_error
-from .errors import UserError
 
 PATH_KEYS = ("best_model_path", "kth_best_model_path", "last_model_path")
 

@@ -14,9 +14,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lra_base.errors import UserError
+
 from .attention_options import check_attention_options
 from .config import CONF_DIR
-from .errors import UserError
 from .run_files import folder_name_problem
 from .settings import SCHEDULES, check_types, micro_batch_size, missing_settings
 

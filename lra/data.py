@@ -9,12 +9,11 @@ from typing import Any
 import numpy as np
 import pytorch_lightning as pl
 import torch
+from data_prep.compact import CompactSplit, DataError, load_manifest, load_split, manifest_path
+from lra_base.errors import UserError
 from torch.utils.data import DataLoader, Dataset
 
-from data_prep.compact import CompactSplit, DataError, load_manifest, load_split, manifest_path
-
 from .data_identity import data_identity
-from .errors import UserError
 from .sampling import EpochSampler, LengthGroupedSampler
 from .settings import eval_batch_size, micro_batch_size
 

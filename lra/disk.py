@@ -8,7 +8,7 @@ import resource
 import shutil
 from pathlib import Path
 
-from .errors import UserError
+from lra_base.errors import UserError
 
 FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # no space left, disk quota exceeded, file size limit (ulimit -f)
 

@@ -38,14 +38,14 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
+from lra_base.atomic import LinkRefused, NotWritable, check_writable, refuse_link, write_atomic
+from lra_base.errors import UserError
+from lra_base.lock import LOCK_NAME, run_folder_lock
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from .atomic import LinkRefused, NotWritable, check_writable, refuse_link, write_atomic
 from .checks import NAME_KEYS, check_config, check_name, check_names
 from .config import CONF_DIR
-from .errors import UserError
 from .identity import IN_THE_PATH, flatten, where_or_how
-from .lock import LOCK_NAME, run_folder_lock
 from .overrides import check_added_keys
 from .run_files import bounded_name
 from .same_run import refuse_other_run

@@ -2,7 +2,7 @@
 
 Lightning's ``CSVLogger`` deletes an existing ``metrics.csv`` when it starts, so a resumed run lost every
 metric logged before the interruption, and it appends to the file in place, so a kill mid-write left half a
-row. Here every save rewrites the whole file through ``lra.atomic`` (the same bytes Lightning's appends give):
+row. Here every save rewrites the whole file through ``lra_base.atomic`` (the same bytes Lightning's appends give):
 after a resume it holds the earlier rows logged before the checkpoint's step (a row's step is the number of
 finished steps minus one), then the new ones; the steps redone after the checkpoint are not duplicated, and
 rows logged at the checkpoint (its validation) are kept even when the resumed run only tests.
@@ -14,11 +14,10 @@ import csv
 import io
 from pathlib import Path
 
+from lra_base.atomic import atomic_output, read_regular
 from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 from pytorch_lightning.loggers.logger import rank_zero_experiment
-
-from .atomic import atomic_output, read_regular
 
 
 def step_of(row: dict) -> float:

@@ -7,18 +7,17 @@ from functools import partial
 from types import ModuleType
 from typing import Any
 
+import attention_zoo
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
+from lra_base.errors import UserError
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
-
-import attention_zoo
 
 from . import rng_state
 from .attention_options import check_type
 from .data_identity import CHECKPOINT_KEY
-from .errors import UserError
 from .machine import describe
 from .model import ClassifierHead, Encoder
 from .optimizer import adamw

@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from lra_base.errors import UserError
+
 from .config import CONF_DIR, compose
-from .errors import UserError
 from .settings import optional_keys
 
 # keys with a default in the schema (lra.settings): a config may lack them, so `+task.<key>=...` may add them

@@ -14,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, TypedDict
 
-from .atomic import atomic_output, read_regular
+from lra_base.atomic import atomic_output, read_regular
 
 PACKAGES = ("torch", "pytorch-lightning", "hydra-core", "omegaconf", "torchmetrics", "numpy", "pandas")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -129,7 +129,7 @@ def package_versions() -> dict[str, str]:
 
 
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    """Write ``payload`` as indented JSON with sorted keys, atomically (``lra.atomic``); a link at ``path`` is
+    """Write ``payload`` as indented JSON with sorted keys, atomically (``lra_base.atomic``); a link at ``path`` is
     refused (``LinkRefused``), never written through."""
     with atomic_output(path, "w") as f:
         json.dump(payload, f, indent=2, sort_keys=True, default=str)

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lra_base.errors import UserError
+
 from .data_identity import data_identity, describe_data, other_data, task_data_dir
-from .errors import UserError
 from .identity import describe, differences
 from .record import RECORD_NAME, completed_record
 

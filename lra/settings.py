@@ -23,7 +23,7 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from typing import Any
 
-from .errors import UserError
+from lra_base.errors import UserError
 
 log = logging.getLogger(__name__)
 

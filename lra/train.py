@@ -15,12 +15,14 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from data_prep.compact import DataError
+from lra_base.errors import Diverged, UserError
+from lra_base.leftovers import remove_leftovers
+from lra_base.lock import run_folder_lock
 from pytorch_lightning.callbacks import LearningRateMonitor
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
-
-from data_prep.compact import DataError
 
 from .allocator import JEMALLOC_CONF, ReleaseFreedMemory, malloc_name, reuse_freed_memory
 from .build import build
@@ -35,9 +37,6 @@ from .callbacks import (
 from .checkpoints import RunFolderCheckpoint, RunFolderCheckpointIO, not_a_link, resume_point
 from .checks import check_config
 from .disk import disk_full, full_disk_error
-from .errors import Diverged, UserError
-from .leftovers import remove_leftovers
-from .lock import run_folder_lock
 from .loggers import ResumableCSVLogger
 from .record import INTERRUPTED, RECORD_NAME, new_record, now, write_json_atomic
 from .same_run import HeldRun, changes_from, refuse_other_data, refuse_other_run
@@ -239,7 +238,7 @@ def run(cfg: dict[str, Any], run_dir: Path, *, locked: bool = False) -> dict[str
         if held is not None and (held.completed or changes_from(held, cfg)) and rank_zero_only.rank == 0:
             log.info("rerun=true: the earlier run's outputs moved to %s", set_aside(run_dir))
         if rank_zero_only.rank == 0:
-            remove_leftovers(run_dir)  # what a run killed with kill -9 left (lra.leftovers)
+            remove_leftovers(run_dir)  # what a run killed with kill -9 left (lra_base.leftovers)
         return train_and_record(cfg, run_dir)
 
 
@@ -247,7 +246,7 @@ def train_and_record(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """``fit_and_test`` with the record written in every outcome but a refusal: a ``UserError`` or a data
     problem (``data_prep``'s ``DataError``) before training begins (settings, a damaged checkpoint, missing or bad
     data) writes no record, so that no ``failed`` run is listed for a command that never trained (the folder keeps
-    the record it had); it is raised as a UserError marked ``before_training`` (``lra.errors``)."""
+    the record it had); it is raised as a UserError marked ``before_training`` (``lra_base.errors``)."""
     record, progress, refused = new_record(cfg, run_dir), Progress(), False
     start = time.perf_counter()
     try:
@@ -295,7 +294,7 @@ def train_and_record(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 def refusal(err: UserError | DataError) -> UserError:
     """``err`` as the UserError of a run refused before training (``run.py`` prints it in one line), marked
-    ``before_training`` (``lra.errors.refused_before_training``)."""
+    ``before_training`` (``lra_base.errors.refused_before_training``)."""
     refused = err if isinstance(err, UserError) else UserError(str(err))
     refused.before_training = True  # type: ignore[attr-defined]
     return refused

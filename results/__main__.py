@@ -25,8 +25,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-
-from lra.atomic import LinkRefused, check_writable, refuse_link, write_atomic
+from lra_base.atomic import LinkRefused, check_writable, refuse_link, write_atomic
 from results.analyses import find_analyses, write_analysis_tables
 from results.collect import collect
 from results.escapes import add_escapes

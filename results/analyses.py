@@ -11,9 +11,8 @@ import math
 from pathlib import Path
 
 import pandas as pd
-
-from lra.atomic import write_atomic
 from lra.record import ANALYSIS_KIND, AnalysisRecord
+from lra_base.atomic import write_atomic
 from results.collect import MalformedRecord, analysis_problem, find_records, read_record
 from results.markdown import markdown_table
 from results.summary import load_reference

@@ -25,9 +25,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lra.atomic import read_regular, refuse_link, write_atomic
 from lra.record import INTERRUPTED, RECORD_NAME, completed_record
 from lra.run_files import COMMITTED_RUNS, METRICS_NAMES, SET_ASIDE, archive_path, is_set_aside
+from lra_base.atomic import read_regular, refuse_link, write_atomic
 
 CURVE = "metrics.csv"
 PAIR = (CURVE, RECORD_NAME)  # the order they are written and moved in: the curve first, the record last

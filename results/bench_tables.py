@@ -13,8 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
-
-from lra.atomic import write_atomic
+from lra_base.atomic import write_atomic
 from results.markdown import markdown_table
 
 BENCH_DIR = Path(__file__).resolve().parent / "tables" / "bench"

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lra.atomic import write_atomic
+from lra_base.atomic import write_atomic
 
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--no-default-browser-check",

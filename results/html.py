@@ -16,9 +16,8 @@ import re
 from pathlib import Path
 
 import pandas as pd
-
-from lra.atomic import write_atomic
 from lra.record_compat import experiment_for
+from lra_base.atomic import write_atomic
 from results.collect import CLASSIC_TASKS, Problem
 from results.curves import plot_learning_curves
 from results.html_runs import analyses_part, problems_list, read_configs, run_id, runs_part, short_id

@@ -9,8 +9,7 @@ import math
 from pathlib import Path
 
 import pandas as pd
-
-from lra.atomic import copy_atomic
+from lra_base.atomic import copy_atomic
 from results.analyses import PUBLISHED, analysis_table, find_analyses, format_value, load_published
 from results.collect import Problem
 from results.html_template import code_spans, esc, figure, inline, number, table, text

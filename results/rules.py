@@ -25,10 +25,9 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-
 from data_prep.compact import DataError, load_manifest, load_split
 from data_prep.listops_roots import first_tokens, root_operator_rule
-from lra.atomic import write_atomic
+from lra_base.atomic import write_atomic
 from results.safe_read import UnsafeFile, read_limited
 
 RULES = {"listops": "root-operator rule"}

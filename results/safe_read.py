@@ -1,13 +1,13 @@
 """Read a record file only when it is a regular file below a size limit: never a FIFO, a device or a symlink.
 
-The no-follow read is ``lra.atomic.read_regular``; here its refusals become ``UnsafeFile`` with the reason
+The no-follow read is ``lra_base.atomic.read_regular``; here its refusals become ``UnsafeFile`` with the reason
 alone, for the lists of files left out that name the path themselves."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from lra.atomic import LinkRefused, TooLarge, read_regular
+from lra_base.atomic import LinkRefused, TooLarge, read_regular
 
 RECORD_LIMIT = 16 * 2**20  # bytes; the largest committed result.json is about 60 KB
 CSV_LIMIT = 64 * 2**20  # a metrics.csv of a 5,000-step run is about 12 KB

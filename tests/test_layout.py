@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -106,19 +107,19 @@ def test_the_configs_and_published_tables_cite_the_protocol_document():
         assert (name, "docs/design.md") in cited, name
 
 
-# Every file the suite writes goes through the one atomic writer, lra/atomic.py: no module calls savefig, a pandas
+# Every file the suite writes goes through the one atomic writer, lra_base/atomic.py: no module calls savefig, a pandas
 # writer, write_text/write_bytes, or open/os.open for writing on a path itself (inside `with atomic_output(...)`,
 # writing to the temporary file it gives is the writer's use). The exceptions are files that are not replaced
 # whole, each with its reason.
-WRITING_PACKAGES = ("lra", "attention_zoo", "data_prep", "results", "analyses", "benchmarks")
-WRITER = "lra/atomic.py"
+WRITING_PACKAGES = ("lra", "lra_base", "attention_zoo", "data_prep", "results", "analyses", "benchmarks")
+WRITER = "lra_base/atomic.py"
 PANDAS_WRITERS = {"to_csv", "to_json", "to_parquet", "to_pickle", "to_excel", "to_html", "to_latex", "to_markdown",
                   "to_feather"}
 SAVERS = {"save", "savez", "savez_compressed", "savetxt", "dump"}  # torch/numpy/PIL/json writers given a file
 COPIERS = {"shutil.copy", "shutil.copy2", "shutil.copyfile", "shutil.copytree"}  # copy_atomic instead
 WRITE_FLAGS = {"O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC"}
 NOT_REPLACED_WHOLE = {
-    ("lra/lock.py", "os.open"): "run.lock is held with flock; a replaced lock file would lock nothing",
+    ("lra_base/lock.py", "os.open"): "run.lock is held with flock; a replaced lock file would lock nothing",
     ("lra/hydra_hooks.py", "os.open"): "a sweep's jobs.tsv is appended one line per write by parallel jobs",
     ("results/browser.py", "open"): "chromium's own log, streamed by the child process into its temporary profile",
     ("benchmarks/step_memory.py", "write_text"): "/proc/self/clear_refs is a kernel control file, not an output",
@@ -187,7 +188,7 @@ def direct_writes() -> list[tuple[str, int, str]]:
 def test_every_file_is_written_through_the_atomic_writer():
     offenders = [f"{name}:{line}: {call}" for name, line, call in direct_writes()
                  if (name, call) not in NOT_REPLACED_WHOLE]
-    assert offenders == [], ("write these through lra.atomic (write_atomic, save_figure, atomic_output):\n"
+    assert offenders == [], ("write these through lra_base.atomic (write_atomic, save_figure, atomic_output):\n"
                              + "\n".join(offenders))
 
 
@@ -203,7 +204,7 @@ def test_the_write_scan_sees_writes_and_its_exceptions_are_still_there():
 
 
 ROOT_ENTRIES = {".ci", ".gitignore", "README.md", "analyses", "attention_zoo", "benchmarks", "conf", "data_prep",
-                "docs", "lra", "pyproject.toml", "results", "run.py", "tests"}
+                "docs", "lra", "lra_base", "pyproject.toml", "results", "run.py", "tests"}
 
 
 def test_the_repository_root_holds_only_the_project_files():
@@ -216,3 +217,42 @@ def test_the_repository_root_holds_only_the_project_files():
     assert tops <= ROOT_ENTRIES, f"unexpected files at the repository root: {sorted(tops - ROOT_ENTRIES)}"
     ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", "queue0.out"], cwd=ROOT)
     assert ignored.returncode == 0, "a root *.out log is not ignored (.gitignore)"
+
+
+# The floors, lowest first: a package imports only from its own floor or those below it (issue 61).
+FLOORS = {"lra_base": set(), "data_prep": {"lra_base"}}
+SUITE_PACKAGES = {"lra", "lra_base", "data_prep", "attention_zoo", "results", "analyses", "benchmarks"}
+
+
+def imported_packages(package: str) -> dict[str, set[str]]:
+    """Each suite package that ``package``'s modules import (any level of nesting), with the files that do."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".", 1)[0]
+                if top in SUITE_PACKAGES and top != package:
+                    found.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(FLOORS))
+def test_no_import_runs_up_from_the_lower_floors(package):
+    """``lra_base`` imports no suite package and ``data_prep`` only ``lra_base``: the data tools and the leaf
+    utilities load without the model, the run machinery or torch's Lightning stack."""
+    upward = {top: files for top, files in imported_packages(package).items() if top not in FLOORS[package]}
+    assert upward == {}, f"{package} imports from a higher floor: {upward}"
+
+
+def test_the_import_scan_sees_an_upward_import(tmp_path, monkeypatch):
+    """Not vacuous: a module of a lower floor that imports ``lra`` is reported."""
+    (tmp_path / "data_prep").mkdir()
+    (tmp_path / "data_prep" / "x.py").write_text("import os\nfrom lra.build import build\nfrom . import y\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert imported_packages("data_prep") == {"lra": {"data_prep/x.py"}}

@@ -16,14 +16,13 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from data_prep.compact import CompactSplit
+from lra_base.errors import UserError
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 from torchmetrics.classification import MulticlassAccuracy
 
-from data_prep.compact import CompactSplit
-
 from ..data import CompactDataModule
-from ..errors import UserError
 from ..module import ClassificationModule
 
 IGNORE = -100  # target at positions that are not queries

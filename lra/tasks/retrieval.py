@@ -10,14 +10,13 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from data_prep import retrieval as converter
+from data_prep.compact import CompactSplit
+from lra_base.errors import UserError
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
-from data_prep import retrieval as converter
-from data_prep.compact import CompactSplit
-
 from ..data import CompactDataModule, missing_source_message, pad_batch
-from ..errors import UserError
 from ..module import ClassificationModule
 
 

@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from data_prep import text as converter
+from lra_base.errors import UserError
 
 from ..data import CompactDataModule, missing_source_message
-from ..errors import UserError
 from ..module import ClassificationModule
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from analyses import _runs, ar_ablation
-from lra.errors import UserError
+from lra_base.errors import UserError
 
 BASE = ["--seeds", "2"]  # not --quick: its own max_steps would hide --steps
 

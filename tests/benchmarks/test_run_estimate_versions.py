@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from benchmarks import run_estimate_versions
 from tests.benchmarks.test_run_estimate import TINY
 
@@ -53,7 +52,7 @@ def test_commit_of_names_the_revisions_commit_and_this_trees_head():
 @needs_git
 def test_unpack_refuses_a_revision_without_any_of_the_paths(tmp_path):
     from benchmarks.revision import unpack
-    from lra.errors import UserError
+    from lra_base.errors import UserError
 
     with pytest.raises(UserError, match="has none of no-such-folder"):
         unpack("HEAD", tmp_path, ["no-such-folder"])

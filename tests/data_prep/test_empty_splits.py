@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from data_prep import retrieval
 from data_prep.__main__ import main as data_prep_main
 from data_prep.compact import write_arrays, write_manifest, write_split
 from data_prep.listops import NUM_CLASSES, VOCAB
 from lra.checks import check_config
-from lra.errors import UserError
 from lra.tasks.listops import DataModule
+from lra_base.errors import UserError
 from tests.data_prep.official_fixtures import aan_rows, imdb_reviews, write_aan, write_aclimdb
 from tests.lra.conftest import compose_config
 

@@ -7,11 +7,10 @@ import json
 
 import numpy as np
 import pytest
-
 from data_prep import listops
 from data_prep.compact import load_split
 from data_prep.listops import END_ID, generate_command
-from lra.errors import UserError
+from lra_base.errors import UserError
 from tests.lra.conftest import compose_config
 
 SMALL = dict(train=40, val=5, test=5, min_length=10, max_length=40, seed=3)

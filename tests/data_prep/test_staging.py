@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from data_prep.__main__ import main as data_prep_main
 from data_prep.compact import load_split
 from data_prep.staging import staged_task_dir
@@ -143,8 +142,8 @@ def test_a_new_folder_gets_the_mode_mkdir_would_give(tmp_path):
 def test_run_py_generating_into_a_refused_folder_gets_one_line_not_a_traceback(tmp_path, monkeypatch):
     """``run.py`` generates missing ListOps through the data module: a refused swap is a ``UserError``, which
     ``run.py`` prints in one line with exit 2 (an ``OSError`` there was a traceback)."""
-    from lra.errors import UserError
     from lra.tasks.listops import DataModule
+    from lra_base.errors import UserError
     from tests.lra.conftest import TINY, compose_config
 
     cfg = compose_config(["task=listops", "experiment=quick", f"data_dir={tmp_path / 'data'}", *TINY])

@@ -1,4 +1,4 @@
-"""The one atomic writer (``lra.atomic``): a write that raises leaves the old file (or none) and no temporary
+"""The one atomic writer (``lra_base.atomic``): a write that raises leaves the old file (or none) and no temporary
 file; figures go through it too; it loads without torch."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ import subprocess
 import sys
 
 import pytest
-
-from lra.atomic import LinkRefused, TooLarge, atomic_output, read_regular, save_figure, write_atomic
+from lra_base.atomic import LinkRefused, TooLarge, atomic_output, read_regular, save_figure, write_atomic
 from tests.lra.conftest import ROOT, torchless_env
 
 
@@ -64,6 +63,6 @@ def test_links_are_refused_and_a_size_limit_is_kept(tmp_path):
 
 def test_the_writer_loads_without_torch(tmp_path):
     """``data_prep`` and ``results`` import it; torch must not come with it."""
-    done = subprocess.run([sys.executable, "-c", "import lra.atomic, data_prep.compact, results.safe_read"],
+    done = subprocess.run([sys.executable, "-c", "import lra_base.atomic, data_prep.compact, results.safe_read"],
                           cwd=ROOT, env=torchless_env(tmp_path), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

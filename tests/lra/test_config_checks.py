@@ -6,13 +6,12 @@ from __future__ import annotations
 import logging
 
 import pytest
-
 from data_prep import listops
 from lra.checks import check_config
-from lra.errors import UserError
 from lra.module import attention_factory
 from lra.overrides import check_added_keys, missing_plugin
 from lra.tasks.listops import DataModule
+from lra_base.errors import UserError
 from tests.lra.conftest import TINY, compose_config
 
 

@@ -4,11 +4,10 @@ fixed evaluation subsets, the quick presets and the lra_original experiments."""
 from __future__ import annotations
 
 import pytest
-
-from lra.errors import UserError
 from lra.tasks import image as image_task
 from lra.tasks import retrieval as retrieval_task
 from lra.tasks import text as text_task
+from lra_base.errors import UserError
 from tests.data_prep.official_fixtures import convert_all
 from tests.lra.conftest import compose_config
 from tests.lra.test_run import run_py

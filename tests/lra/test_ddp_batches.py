@@ -7,13 +7,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from lra import hydra_hooks
 from lra.checks import check_config
-from lra.errors import UserError
 from lra.sampling import EpochSampler
 from lra.settings import micro_batch_size, trainer_arguments
 from lra.tasks.listops import DataModule
+from lra_base.errors import UserError
 from tests.lra.conftest import TINY, compose_config
 
 

@@ -10,9 +10,8 @@ import subprocess
 import sys
 
 import pytest
-
 from lra.checks import check_memory
-from lra.errors import UserError
+from lra_base.errors import UserError
 from tests.lra.conftest import ROOT, TINY, compose_config, torchless_env
 from tests.lra.test_run_folder_guard import snapshot
 

@@ -7,12 +7,11 @@ import os
 import time
 
 import torch
-
 from data_prep.__main__ import main as data_prep_main
-from lra.atomic import write_atomic
-from lra.leftovers import QUIET_S, remove_orphan_checkpoints
-from lra.lock import holding
 from lra.train import run
+from lra_base.atomic import write_atomic
+from lra_base.leftovers import QUIET_S, remove_orphan_checkpoints
+from lra_base.lock import holding
 from tests.lra.conftest import compose_config
 
 

@@ -7,11 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from lra.checks import check_config
-from lra.errors import UserError
 from lra.sampling import EpochSampler, LengthGroupedSampler
 from lra.tasks.listops import DataModule
+from lra_base.errors import UserError
 from tests.lra.conftest import TINY, compose_config
 
 BATCH, POOL = 8, 3

@@ -10,12 +10,11 @@ import logging
 
 import pytest
 import torch
-from torch.utils.tensorboard import SummaryWriter
-
-from lra.errors import UserError
-from lra.lock import LOCK_NAME, run_folder_lock
 from lra.train import run
+from lra_base.errors import UserError
+from lra_base.lock import LOCK_NAME, run_folder_lock
 from tests.lra.conftest import TINY, compose_config
+from torch.utils.tensorboard import SummaryWriter
 
 SECRET = "victim: must stay as it is\n"
 

@@ -1,10 +1,9 @@
 """experiment=lra_original task=<task> composes the JAX protocol: its schedule, q/k/v width and attention dropout."""
 
 import pytest
-
-from lra.errors import UserError
 from lra.model import AttentionBlock
 from lra.module import build_encoder
+from lra_base.errors import UserError
 from tests.lra.conftest import CONF, compose_config
 
 TASKS = sorted(p.stem for p in (CONF / "experiment" / "lra_original").glob("*.yaml"))

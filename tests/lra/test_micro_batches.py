@@ -8,12 +8,11 @@ import csv
 
 import pytest
 import torch
-from pytorch_lightning.utilities.exceptions import SIGTERMException
-
 from lra.callbacks import CheckpointOnPreemption
-from lra.errors import UserError
 from lra.settings import trainer_arguments
 from lra.train import run
+from lra_base.errors import UserError
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 from tests.lra.conftest import TINY, compose_config, signal_at_step
 
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from lra.checks import check_config
-from lra.errors import UserError
 from lra.model import Encoder, masked_mean, padded_mean
 from lra.module import attention_factory
 from lra.schedules import scheduler
+from lra_base.errors import UserError
 from tests.conftest import assert_close
 from tests.lra.conftest import compose_config
 

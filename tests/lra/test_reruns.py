@@ -13,12 +13,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from lra.callbacks import StopOnDivergence
-from lra.errors import Diverged, UserError
-from lra.lock import LOCK_NAME, run_folder_lock
 from lra.module import ClassificationModule
 from lra.train import run
+from lra_base.errors import Diverged, UserError
+from lra_base.lock import LOCK_NAME, run_folder_lock
 from tests.lra.conftest import TINY, compose_config
 
 

@@ -8,14 +8,13 @@ import os
 import subprocess
 import sys
 
+import attention_zoo
 import pytest
 import torch
-
-import attention_zoo
 from lra.callbacks import CheckpointOnPreemption
-from lra.errors import UserError, refused_before_training
 from lra.record import RunRecord
 from lra.train import run
+from lra_base.errors import UserError, refused_before_training
 from tests.lra.conftest import ROOT, TINY, compose_config, tiny, torchless_env
 
 

@@ -7,9 +7,8 @@ import subprocess
 import sys
 
 import pytest
-
 from lra.checks import check_config
-from lra.errors import UserError
+from lra_base.errors import UserError
 from tests.lra.conftest import ROOT, compose_config, torchless_env
 
 SHORT = ["attention=linear", "experiment=quick", "task.max_steps=20", "task.eval_every=10"]
@@ -69,7 +68,6 @@ TWELVE = ["task.optim.lr=0.00123456789", "task.optim.weight_decay=0.0123456789",
 def run_dir_name(*overrides: str, whole: bool = False) -> str:
     """The run folder's name (``whole``: its path) that ``run.py`` would give these overrides."""
     from hydra import compose, initialize_config_dir
-
     from lra.config import CONF_DIR
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):

@@ -12,10 +12,9 @@ import sys
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-
-from lra.errors import UserError
 from lra.identity import differences, identity, identity_digest
 from lra.train import run
+from lra_base.errors import UserError
 from tests.lra.conftest import CONF, ROOT, TINY, compose_config, tiny, torchless_env
 
 

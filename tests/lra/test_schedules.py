@@ -3,9 +3,8 @@
 import math
 
 import pytest
-
-from lra.errors import UserError
 from lra.schedules import SCHEDULES, linear, lr_multiplier
+from lra_base.errors import UserError
 from tests.lra.conftest import compose_config
 
 

@@ -6,14 +6,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
-
 import attention_zoo
+import pytest
 from lra.attention_options import check_attention_options, declared
 from lra.checks import check_config
 from lra.config import CONF_DIR
-from lra.errors import UserError
 from lra.overrides import unknown_override
+from lra_base.errors import UserError
 from tests.lra.conftest import ROOT, compose_config, torchless_env
 
 

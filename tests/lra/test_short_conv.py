@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from lra.errors import UserError
 from lra.short_conv import ShortConv
 from lra.train import run
+from lra_base.errors import UserError
 from tests.conftest import assert_close
 from tests.lra.conftest import compose_config
 

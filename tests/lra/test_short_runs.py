@@ -9,10 +9,9 @@ import subprocess
 import sys
 
 import pytest
-
 from lra.checks import check_config
-from lra.errors import UserError
 from lra.train import run
+from lra_base.errors import UserError
 from results.collect import collect
 from tests.lra.conftest import ROOT, TINY, compose_config, torchless_env
 from tests.results.records import write_record

@@ -7,12 +7,11 @@ import json
 import numpy as np
 import pytest
 import torch
-from pytorch_lightning.utilities.exceptions import SIGTERMException
-
 from lra.callbacks import CheckpointOnPreemption
-from lra.errors import UserError
 from lra.tasks import ar
 from lra.train import run
+from lra_base.errors import UserError
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 from tests.lra.conftest import compose_config, signal_at_step
 
 SHAPE = {"seq_len": 40, "num_pairs": 6, "vocab_size": 34}

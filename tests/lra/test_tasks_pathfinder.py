@@ -7,10 +7,9 @@ import json
 
 import pytest
 import torch
-
-from lra.errors import UserError
 from lra.tasks import pathfinder as pathfinder_task
 from lra.train import run
+from lra_base.errors import UserError
 from tests.lra.conftest import compose_config
 
 

@@ -4,7 +4,7 @@ Every file the suite writes goes through ``atomic_output``: prepared data, run r
 metrics, checkpoints, tables, CSVs and figures (``save_figure``). The bytes go to a temporary file beside the
 target, are flushed and fsynced, then renamed over it (``os.replace``: atomic within one folder); when the
 write raises, the temporary file is removed and the target keeps its old content (or stays absent); one that a
-killed writer left (``kill -9`` runs no cleanup) is removed by the next write in its folder (``lra.leftovers``).
+killed writer left (``kill -9`` runs no cleanup) is removed by the next write in its folder (``lra_base.leftovers``).
 The file gets the mode ``open()`` would give it under the process's umask (``mkstemp`` alone gives 0600). A target that
 is a symbolic link is refused by name, and a file is read (``read_regular``) or copied (``copy_atomic``) only
 when it is a regular file, never through a link.
@@ -72,7 +72,7 @@ def atomic_output(path: str | Path, mode: str = "wb") -> Iterator[IO]:
     path = Path(path)
     refuse_link(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    remove_dead_temps(path.parent)  # what writers killed with kill -9 left here (lra.leftovers)
+    remove_dead_temps(path.parent)  # what writers killed with kill -9 left here (lra_base.leftovers)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     text_options = {} if "b" in mode else {"encoding": "utf-8", "newline": ""}
     try:

@@ -106,7 +106,7 @@ def live_holder(run_dir: Path) -> int | None:
 
 def in_use(path: str | Path) -> bool:
     """Whether a live process holds ``flock`` on ``path`` (a file or a folder): the writer of a temporary file
-    (``lra.atomic``) or a staging folder (``data_prep.staging``) holds it while it writes, and the kernel drops it
+    (``lra_base.atomic``) or a staging folder (``data_prep.staging``) holds it while it writes, and the kernel drops it
     when that process ends, however it ends. A path that cannot be opened is taken to be in use (left alone)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)

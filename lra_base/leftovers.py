@@ -1,11 +1,11 @@
 """What a killed process leaves behind, removed by the next command that writes in that place.
 
 A process killed with ``kill -9`` (or by the kernel, out of memory) runs no ``finally``: its temporary files
-(``lra.atomic``'s ``.<name>.<random>.tmp``, a checkpoint's 180 MB), its staging folders (``data_prep.staging``'s
+(``lra_base.atomic``'s ``.<name>.<random>.tmp``, a checkpoint's 180 MB), its staging folders (``data_prep.staging``'s
 ``.<task>.<random>.staging``) and, in a run folder, the best checkpoint it saved after its last ``last.ckpt`` (which the
 resumed run saves again as ``best-step<N>-v1.ckpt``, and again ``-v2`` after the next kill) stay on disk. Each writer
-holds ``flock`` on what it writes while it lives (``lra.lock.holding``), so a leftover is one that nobody holds
-(``lra.lock.in_use``) and that has not changed for ``QUIET_S`` seconds (a file made an instant ago, not yet locked,
+holds ``flock`` on what it writes while it lives (``lra_base.lock.holding``), so a leftover is one that nobody holds
+(``lra_base.lock.in_use``) and that has not changed for ``QUIET_S`` seconds (a file made an instant ago, not yet locked,
 or one an older version of this code writes without the lock, is left alone). Standard library only, except
 ``remove_orphan_checkpoints`` (torch, imported there).
 """
@@ -22,10 +22,11 @@ from pathlib import Path
 from .lock import in_use
 
 QUIET_S = 60.0  # seconds without a change before an unlocked temporary file or staging folder counts as dead
-TEMP = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")  # lra.atomic's temporary files (tempfile.mkstemp's 8 characters)
+# lra_base.atomic's temporary files (tempfile.mkstemp's 8 characters)
+TEMP = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
 STAGING = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.staging$")  # data_prep.staging's folders
 BEST = re.compile(r"^best-step\d+(-v\d+)?\.ckpt$")  # lra.train's best checkpoints (best-step{step}, Lightning's -vN)
-RUN_SUBFOLDERS = ("", "checkpoints", "csv", "tensorboard")  # where a run writes through lra.atomic
+RUN_SUBFOLDERS = ("", "checkpoints", "csv", "tensorboard")  # where a run writes through lra_base.atomic
 
 
 def dead(path: Path, now: float | None = None) -> bool:
@@ -38,7 +39,7 @@ def dead(path: Path, now: float | None = None) -> bool:
 
 
 def remove_dead_temps(folder: str | Path) -> list[Path]:
-    """Remove the temporary files of ``lra.atomic`` in ``folder`` whose writer died; the paths removed. Never
+    """Remove the temporary files of ``lra_base.atomic`` in ``folder`` whose writer died; the paths removed. Never
     raises: a folder that cannot be read or a file that cannot be removed is left as it is."""
     removed = []
     with contextlib.suppress(OSError):
