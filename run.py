@@ -2,8 +2,8 @@
 
 Hydra composes ``conf/``; ``-m`` sweeps (``task=listops,text attention=llops,based seed=0,1,2``).
 Each run writes ``result.json`` in ``outputs/<task>/<attention>/seed<seed>/<tag>/``;
-``python -m results`` tabulates them. The config is checked before torch and Lightning load, so a typo is
-reported in about a second.
+``python -m results`` tabulates them. The config is parsed into one ``lra.settings.Run`` and checked once, before
+torch and Lightning load, so a typo is reported in about a second.
 """
 
 from __future__ import annotations
@@ -17,19 +17,20 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
 from lra.hydra_hooks import (  # + conf/'s resolver
-    check_settings,
+    checked_run,
     discard_created_folder,
     holds_lock,
     is_rank_zero,
     job_refusal,
     note_job,
+    parsed_run,
 )
 from lra.overrides import missing_plugin, unknown_override
 from lra.record_compat import old_experiment_spelling
-from lra.settings import complete
 from lra_base.errors import Diverged, UserError, refused_before_training
-from omegaconf import DictConfig, OmegaConf
 
 log = logging.getLogger("run")
 
@@ -63,11 +64,12 @@ def main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     sweeping = hydra_cfg.mode == RunMode.MULTIRUN
-    config = complete(OmegaConf.to_container(cfg, resolve=True))
     try:  # checked before Hydra wrote anything (lra.hydra_hooks: a single run, and each job of a sweep)
         if (refusal := job_refusal()) is not None:
             raise UserError(refusal)
-        check_settings(config, list(hydra_cfg.overrides.task))  # for a config that lacks the hooks
+        # the Run the hook parsed, or, where none ran (a config without the hooks, a DDP worker), parsed here
+        run = parsed_run(run_dir) or checked_run(OmegaConf.to_container(cfg, resolve=True),
+                                                 list(hydra_cfg.overrides.task))
     except UserError as err:  # refused before the training stack loads; no record: the folder may be another run's
         note_job("refused")
         report(f"error: {err}", error=True)  # not into run.log: the folder is not this job's (RunLogHandler)
@@ -75,13 +77,14 @@ def main(cfg: DictConfig) -> float | None:
             return None
         sys.exit(2)
 
-    from lra.callbacks import sent_signal, stop_signal, stopped_by
-    from lra.train import run
     from pytorch_lightning.utilities.exceptions import SIGTERMException
     from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
+    from lra.callbacks import sent_signal, stop_signal, stopped_by
+    from lra.train import run as train
+
     try:
-        record = run(config, run_dir, locked=holds_lock(run_dir))
+        record = train(run, run_dir, locked=holds_lock(run_dir))
     except UserError as err:  # refused before training (settings, checkpoint, data): no record; else failed
         note_job("refused" if refused_before_training(err) else "failed")
         report(f"error: {err}", error=True)

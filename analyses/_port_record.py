@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+
 from lra.record import INTERRUPTED, RECORD_NAME, now, package_versions, write_json_atomic
 from lra_base.atomic import write_atomic
 
@@ -101,6 +102,9 @@ def write_record(out: Path, args) -> int:
         "wall_time_s": float(sum(float(e.get("t", 0.0)) for e in entries)), "segments": [segment],
         "params": params,
     }
+    if not done:
+        record["resumes_with"] = (f"python -m analyses.nystromformer_code --port PORT --seed {int(facts['seed'])} "
+                                  f"--train (from logs/resume.pt)")
     write_atomic(out / "metrics.csv", metrics_frame(entries).to_csv(index=False))
     write_json_atomic(out / RECORD_NAME, record)
     print(f"{'completed' if done else 'unfinished (validated to step ' + str(last + 1) + ')'}: {metrics}; "

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from lra_base.atomic import atomic_output
 
 STATE_NAME = "resume.pt"

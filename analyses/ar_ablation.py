@@ -28,10 +28,11 @@ from typing import Any
 
 import pandas as pd
 
-from lra.config import compose
+from lra.config import compose_run
 from lra.outputs import TABLES
 from lra.record import RECORD_NAME
 from lra.run_files import metrics_path
+from lra.settings import Run
 
 from ._runs import expected_minutes, run_folder, train_all
 from .plotting import pyplot, save
@@ -68,14 +69,12 @@ def run_label(row: dict[str, Any], seed: int, lr: float) -> str:
     return f"{row['method']}_{options}_d{row['d']}_lr{lr:g}_seed{seed}"
 
 
-def run_config(row: dict[str, Any], seed: int, lr: float, extra: list[str]) -> dict[str, Any]:
-    """The resolved run config, composed from ``conf/`` as ``run.py task=ar ...`` would."""
+def run_config(row: dict[str, Any], seed: int, lr: float, extra: list[str]) -> Run:
+    """The run, composed from ``conf/`` and checked as ``run.py task=ar ...`` would."""
     overrides = ["task=ar", f"attention={row['method']}", f"seed={seed}", f"model.dim={row['d']}",
                  f"model.ffn_dim={2 * row['d']}", "tag=ar_ablation", "trainer.enable_progress_bar=false",
                  f"task.optim.lr={lr}", *(f"attention.{k}={v}" for k, v in row["options"].items()), *extra]
-    cfg = compose(overrides)
-    cfg["analysis"] = NAME  # results.collect leaves runs of an analysis to its own table
-    return cfg
+    return compose_run(overrides).asked_by(NAME)  # results.collect leaves runs of an analysis to its own table
 
 
 def crossing_step(record: dict[str, Any], threshold: float = 0.5) -> int | None:
@@ -174,8 +173,8 @@ def plan(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[str], dic
             for seed in range(args.seeds):
                 label = run_label(row, seed, lr)
                 if label not in jobs:
-                    cfg = run_config(row, seed, lr, extra)
-                    jobs[label] = (cfg, run_folder(runs_dir, label, cfg))
+                    run = run_config(row, seed, lr, extra)
+                    jobs[label] = (run, run_folder(runs_dir, label, run))
     return rows, extra, jobs
 
 

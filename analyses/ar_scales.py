@@ -38,6 +38,7 @@ import torch
 from lra.model import AttentionBlock
 from lra.outputs import TABLES
 from lra.schedules import scheduler
+from lra.settings import Optim, Run
 from lra.threads import torch_threads
 
 from . import ar_ablation
@@ -65,8 +66,8 @@ QUICK = ["task.data.train=64", "task.data.val=16", "task.data.test=16"]
 LAYER_KEYS = ("sketch", "qk")
 
 
-def variant_config(name: str, width: int, seed: int, lr: float, extra: list[str]) -> dict[str, Any]:
-    """The config ``analyses.ar_ablation`` trains for this variant's row (plus ``extra``)."""
+def variant_config(name: str, width: int, seed: int, lr: float, extra: list[str]) -> Run:
+    """The run ``analyses.ar_ablation`` trains for this variant's row (plus ``extra``)."""
     if name not in VARIANTS:
         raise ValueError(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}")
     method, options, overrides = VARIANTS[name]
@@ -74,13 +75,13 @@ def variant_config(name: str, width: int, seed: int, lr: float, extra: list[str]
     return ar_ablation.run_config(row, seed, lr, [*extra, *overrides])
 
 
-def build(cfg: dict[str, Any], probe_size: int):
-    """Data, model (seeded with ``cfg['seed']``), the fixed probe batch and an endless training-batch iterator."""
+def build(run: Run, probe_size: int):
+    """Data, model (seeded with the run's seed), the fixed probe batch and an endless training-batch iterator."""
     from lra.build import build_data, build_model
 
-    data = build_data(cfg)
-    torch.manual_seed(int(cfg["seed"]))
-    model = build_model(cfg, data.vocab_size, data.num_classes)
+    data = build_data(run)
+    torch.manual_seed(run.seed)
+    model = build_model(run, data.vocab_size, data.num_classes)
     first = next(iter(data.val_dataloader()))
     batch = {key: value[:probe_size] for key, value in first.items()}
 
@@ -93,25 +94,25 @@ def build(cfg: dict[str, Any], probe_size: int):
     return model, batch, batches()
 
 
-def optimizer_for(model: torch.nn.Module, optim: dict[str, Any], sketch_lr: float | None) -> torch.optim.AdamW:
+def optimizer_for(model: torch.nn.Module, optim: Optim, sketch_lr: float | None) -> torch.optim.AdamW:
     """AdamW as ``task.optim`` sets it; ``sketch_lr``: another peak lr for the attention modules' own parameters
     (the sketch Theta, BASED's projections)."""
     blocks = [block for block in model.modules() if isinstance(block, AttentionBlock)]
     sketch = [p for block in blocks for p in block.attention.parameters()]
     ids = {id(p) for p in sketch}
     groups = [{"params": [p for p in model.parameters() if id(p) not in ids]},
-              {"params": sketch, "lr": optim["lr"] if sketch_lr is None else sketch_lr}]
-    return torch.optim.AdamW(groups, lr=optim["lr"], betas=tuple(optim["betas"]), eps=optim["eps"],
-                             weight_decay=optim["weight_decay"])
+              {"params": sketch, "lr": optim.lr if sketch_lr is None else sketch_lr}]
+    return torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps,
+                             weight_decay=optim.weight_decay)
 
 
-def measure(name: str, cfg: dict[str, Any], steps: int, at: list[int], probe_size: int,
+def measure(name: str, run: Run, steps: int, at: list[int], probe_size: int,
             sketch_lr: float | None = None) -> list[dict[str, Any]]:
     """Rows of one variant: per probed step, one row per layer and one ``layer = "model"`` row."""
-    model, batch, train = build(cfg, probe_size)
-    optim = cfg["task"]["optim"]
+    model, batch, train = build(run, probe_size)
+    optim = run.task.optim
     optimizer = optimizer_for(model, optim, sketch_lr)
-    schedule = scheduler(optimizer, optim, int(cfg["task"]["max_steps"]))
+    schedule = scheduler(optimizer, optim, run.task.max_steps)
     rows, losses, started = [], [], time.perf_counter()
     for step in range(steps + 1):
         if step in at:
@@ -207,8 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with torch_threads(1):
         for name in args.variants:
-            cfg = variant_config(name, args.width, args.seed, args.lr, extra)
-            rows += measure(name, cfg, args.steps, args.at, args.probe_size, args.sketch_lr)
+            run = variant_config(name, args.width, args.seed, args.lr, extra)
+            rows += measure(name, run, args.steps, args.at, args.probe_size, args.sketch_lr)
     config = {"variants": {name: list(VARIANTS[name][:2]) + [VARIANTS[name][2]] for name in args.variants},
               "width": args.width, "lr": args.lr, "sketch_lr": args.sketch_lr, "steps": args.steps, "at": args.at,
               "batch": args.batch, "schedule_steps": args.schedule_steps, "probe_size": args.probe_size,

@@ -34,10 +34,11 @@ import torch
 from torch import Tensor
 
 from lra.build import build_model
-from lra.config import compose
+from lra.config import compose_run
 from lra.model import AttentionBlock
 from lra.outputs import TABLES
 from lra.record import write_json_atomic
+from lra.settings import Run
 from lra.tasks import ar
 from lra.threads import torch_threads
 
@@ -75,19 +76,17 @@ class FitSettings:
 QUICK_FIT = FitSettings(fit_sequences=4, heldout_sequences=2, steps=20, batch=64, draws=2, als_sweeps=2)
 
 
-def model_config(depth: int, quick: bool) -> dict[str, Any]:
-    """The resolved config of ``run.py task=ar attention=softmax`` at this depth, marked as this analysis's run."""
+def model_config(depth: int, quick: bool) -> Run:
+    """The run of ``run.py task=ar attention=softmax`` at this depth, marked as this analysis's run."""
     overrides = ["task=ar", "attention=softmax", f"model.depth={depth}", "tag=kernel_approx",
                  "trainer.enable_progress_bar=false", *(QUICK_MODEL if quick else MODEL)]
-    cfg = compose(overrides)
-    cfg["analysis"] = NAME  # results.collect leaves runs of an analysis to its own table
-    return cfg
+    return compose_run(overrides).asked_by(NAME)  # results.collect leaves runs of an analysis to its own table
 
 
-def load_model(cfg: dict[str, Any], record: dict[str, Any]) -> ar.LitModule:
+def load_model(run: Run, record: dict[str, Any]) -> ar.LitModule:
     """The trained model (best checkpoint), in eval mode."""
-    vocab = int(cfg["task"]["vocab_size"])
-    model = build_model(cfg, vocab, vocab)
+    vocab = int(run.task.own["vocab_size"])
+    model = build_model(run, vocab, vocab)
     state = torch.load(record["best_checkpoint"], map_location="cpu", weights_only=True)["state_dict"]
     model.load_state_dict(state)
     return model.eval()
@@ -115,11 +114,11 @@ def capture_qk(model: ar.LitModule, tokens: Tensor) -> list[tuple[Tensor, Tensor
     return [seen[i] for i in range(len(blocks))]
 
 
-def capture_tokens(cfg: dict[str, Any], count: int) -> Tensor:
+def capture_tokens(run: Run, count: int) -> Tensor:
     """``count`` AR sequences ``(count, seq_len)`` from a data seed the training splits do not use."""
-    task = cfg["task"]
+    task = run.task.own
     split = ar.make_mqar(count, seq_len=int(task["seq_len"]), num_pairs=int(task["num_pairs"]),
-                         vocab_size=int(task["vocab_size"]), seed=int(task["data"]["seed"]) + CAPTURE_SEED)
+                         vocab_size=int(task["vocab_size"]), seed=int(run.task.data.own["seed"]) + CAPTURE_SEED)
     return torch.from_numpy(np.stack([split.sequence(i) for i in range(count)]))
 
 
@@ -261,14 +260,14 @@ def bound_ratios(cells: dict[tuple[int, int], dict[str, dict[str, float]]], laye
     return "Held-out Frobenius error / SVD bound: " + "; ".join(parts) + "."
 
 
-def notes(cfg: dict[str, Any], record: dict[str, Any], fit: FitSettings, layers: list[int], shapes: dict,
+def notes(run: Run, record: dict[str, Any], fit: FitSettings, layers: list[int], shapes: dict,
           cells: dict[tuple[int, int], dict[str, dict[str, float]]]) -> list[str]:
     """What we measured, and how it differs from the paper's setting."""
-    model = cfg["model"]
+    model, task = run.model, run.task.own
     return [
-        f"Model: causal softmax, task=ar (seq_len {cfg['task']['seq_len']}, {cfg['task']['num_pairs']} pairs), depth "
-        f"{model['depth']}, width {model['dim']}, {model['heads']} heads of {model['dim'] // model['heads']}, dropout "
-        f"{model['dropout']}, {record.get('steps')} steps; test accuracy on queries "
+        f"Model: causal softmax, task=ar (seq_len {task['seq_len']}, {task['num_pairs']} pairs), depth "
+        f"{model.depth}, width {model.dim}, {model.heads} heads of {model.dim // model.heads}, dropout "
+        f"{model.dropout}, {record.get('steps')} steps; test accuracy on queries "
         f"{100 * record['metrics']['test_acc']:.1f}%. "
         f"Our layers {layers} stand for the paper's 0, 8, 15 (16 layers).",
         f"Vectors: per head, {shapes['fit']} fit and {shapes['heldout']} held-out q and k per head from "
@@ -311,23 +310,23 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     fit = QUICK_FIT if args.quick else FitSettings()
     fit = replace(fit, steps=args.fit_steps) if args.fit_steps else fit
-    cfg = model_config(args.depth, args.quick)
+    run = model_config(args.depth, args.quick)
     out = Path(args.out_root) / NAME
-    model_dir = run_folder(out, "model", cfg)
+    model_dir = run_folder(out, "model", run)
     layers = [0, args.depth // 2, args.depth - 1]
-    seq_len = int(cfg["task"]["seq_len"])
+    seq_len = int(run.task.own["seq_len"])
     cache = CellCache(out, {"features": args.features, "seed": args.seed, "layers": layers, "fit": asdict(fit),
                             "model": model_dir.name})
     keys = [cell_key(p, layer) for layer in layers for p in fit.degrees]
     todo = [key for key in keys if key not in cache]
-    model_minutes, untrained = expected_minutes({"model": (cfg, model_dir)}, 1)
-    heads = int(cfg["model"]["heads"])
-    head_dim = int(cfg["model"]["dim"]) // heads
+    model_minutes, untrained = expected_minutes({"model": (run, model_dir)}, 1)
+    heads = run.model.heads
+    head_dim = run.model.dim // heads
     cell_seconds = probe_cell_seconds(heads, head_dim, args.features, fit, seq_len) if todo else 0.0
     detail = f"~{cell_seconds / 60:.1f} min a cell" + (f", the AR model ~{model_minutes:.0f} min" if untrained else "")
     print_plan(NAME, len(todo), len(keys) - len(todo), model_minutes + len(todo) * cell_seconds / 60, detail)
-    record = train_or_reuse(cfg, model_dir)
-    captured = capture_qk(load_model(cfg, record), capture_tokens(cfg, fit.fit_sequences + fit.heldout_sequences))
+    record = train_or_reuse(run, model_dir)
+    captured = capture_qk(load_model(run, record), capture_tokens(run, fit.fit_sequences + fit.heldout_sequences))
     cells = measure(captured, layers, seq_len, args.features, fit, args.seed, cache)
     rows = table_rows(cells, layers, args.features, fit.degrees)
     shapes = {"fit": fit.fit_sequences * seq_len, "heldout": fit.heldout_sequences * seq_len}
@@ -336,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
               "model_test_acc": record["metrics"]["test_acc"], "model_steps": record.get("steps")}
     path = write_analysis_record(NAME, rows, keys=["p", "method"], config=config, started=started,
                                  published=PUBLISHED, out_root=args.out_root,
-                                 notes=notes(cfg, record, fit, layers, shapes, cells))
+                                 notes=notes(run, record, fit, layers, shapes, cells))
     write_json_atomic(path.parent / "cells.json", [{"p": p, "layer": layer, "method": method, **values}
                                                    for (p, layer), cell in cells.items()
                                                    for method, values in cell.items()])

@@ -37,15 +37,18 @@ import math
 import pickle
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
 from data_prep.listops_roots import first_tokens, fit_root_rule, label_per_root, predict_by_root
 from lra.build import build_data
 from lra.outputs import TABLES
 from lra.record import RECORD_NAME
+from lra.settings import Run
 from lra_base.atomic import read_regular
 from lra_base.errors import UserError
 
@@ -76,17 +79,17 @@ def best_checkpoint(run_dir: Path) -> tuple[Path, dict[str, Any]]:
                     "this on the machine that trained the run")
 
 
-def moved_data(cfg: dict[str, Any], data_dir: str) -> dict[str, Any]:
-    """``cfg`` reading its data from under ``data_dir`` instead of its own ``data_dir`` (the saved config is
+def moved_data(run: Run, data_dir: str) -> Run:
+    """``run`` reading its data from under ``data_dir`` instead of its own ``data_dir`` (the saved config is
     resolved: ``task.data.root`` moves, keeping any folder below the old ``data_dir``)."""
-    root, old = Path(cfg["task"]["data"]["root"]), Path(cfg["data_dir"])
+    root, old = Path(run.task.data.root), Path(run.data_dir)
     try:
         below = root.relative_to(old)
     except ValueError:
         raise UserError(f"the run's data root {root} is not under its data_dir {old}: --data-dir cannot move it; "
                         "run without --data-dir") from None
-    task = {**cfg["task"], "data": {**cfg["task"]["data"], "root": str(Path(data_dir) / below)}}
-    return {**cfg, "data_dir": data_dir, "task": task}
+    data = replace(run.task.data, root=str(Path(data_dir) / below))
+    return replace(run, data_dir=data_dir, task=replace(run.task, data=data))
 
 
 @torch.no_grad()
@@ -138,10 +141,10 @@ def measure(run_dir: Path, splits: list[str], data_dir: str | None) -> list[dict
     """One run's rows, one per split: which run, then ``root_columns`` on that split."""
     checkpoint, record = best_checkpoint(run_dir)
     try:
-        model, cfg = load_model(checkpoint)
+        model, run = load_model(checkpoint)
     except (KeyError, RuntimeError, pickle.UnpicklingError) as err:
         raise UserError(f"{checkpoint}: not a checkpoint of this suite's ListOps model ({err})") from None
-    datamodule = build_data(cfg if data_dir is None else moved_data(cfg, data_dir))
+    datamodule = build_data(run if data_dir is None else moved_data(run, data_dir))
     train = datamodule.data["train"]
     table, fallback = fit_root_rule(first_tokens(train), train.labels)
     rows = []

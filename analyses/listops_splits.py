@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
 from data_prep.compact import load_manifest, load_split
 from data_prep.listops import sample_trees
 from data_prep.listops_roots import fit_root_rule, label_per_root, predict_by_root

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
+
 from analyses._cells import CellCache, print_plan
 from analyses._mhla_data import (
     DTYPE,

@@ -29,8 +29,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from lra.config import compose
+from lra.config import compose_run
 from lra.outputs import TABLES
+from lra.settings import Run
 
 from ._microscope_approx import DEFAULT_APPROXIMATORS, approximation_rows
 from ._microscope_capture import capture, implicit_matrix, reproduction_error, softmax_matrix
@@ -101,11 +102,11 @@ def model_and_batches(attention: str, overrides: list[str], own: dict):
     if own["checkpoint"]:
         checkpoint = Path(own["checkpoint"])
     else:
-        checkpoint = checkpoint_for(compose([*overrides, f"attention={attention}"]), Path(own["models"]))
-    model, cfg = load_model(checkpoint)
-    batches = validation_batches(cfg, own["batches"], own["batch_size"])
+        checkpoint = checkpoint_for(compose_run([*overrides, f"attention={attention}"]), Path(own["models"]))
+    model, run = load_model(checkpoint)
+    batches = validation_batches(run, own["batches"], own["batch_size"])
     layers = [capture(model, batch) for batch in batches]  # [batch][layer]
-    return cfg, checkpoint, [[b[layer] for b in layers] for layer in range(len(layers[0]))]
+    return run, checkpoint, [[b[layer] for b in layers] for layer in range(len(layers[0]))]
 
 
 def sequences_of(layer_batches) -> list[tuple[Tensor, Tensor]]:
@@ -125,7 +126,7 @@ def matrices_of(layer_batches):
 
 
 @torch.no_grad()
-def trained_rows(attention: str, cfg: dict, checkpoint: Path | str, layers, top_k: int) -> tuple[list[dict], dict]:
+def trained_rows(attention: str, run: Run, checkpoint: Path | str, layers, top_k: int) -> tuple[list[dict], dict]:
     """Per (layer, head) rows averaged over sequences, an ``all`` row, and the matrices of one sequence to draw."""
     rows, drawn = [], {}
     for layer, layer_batches in enumerate(layers):
@@ -142,7 +143,7 @@ def trained_rows(attention: str, cfg: dict, checkpoint: Path | str, layers, top_
     rows.append({**mean, "layer": "all", "head": "all"})
     accuracy = run_accuracy(Path(checkpoint))
     for row in rows:
-        row.update(accuracy, checkpoint=str(checkpoint), depth=cfg["model"]["depth"], dim=cfg["model"]["dim"])
+        row.update(accuracy, checkpoint=str(checkpoint), depth=run.model.depth, dim=run.model.dim)
     return rows, drawn
 
 
@@ -160,8 +161,8 @@ def main(argv: list[str] | None = None) -> Path:
     rows, drawn = [], {}
     if own["mode"] in ("trained", "both"):
         for attention in attentions:
-            cfg, checkpoint, layers = model_and_batches(attention, overrides, own)
-            attention_rows, drawn[attention] = trained_rows(attention, cfg, checkpoint, layers, own["top_k"])
+            run, checkpoint, layers = model_and_batches(attention, overrides, own)
+            attention_rows, drawn[attention] = trained_rows(attention, run, checkpoint, layers, own["top_k"])
             rows += attention_rows
             print(f"microscope: {attention}: rel_error {attention_rows[-1]['rel_error']:.4f}", file=sys.stderr)
     if own["mode"] in ("approx", "both"):

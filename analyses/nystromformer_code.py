@@ -42,10 +42,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor, nn
+
 from attention_zoo.softmax import SoftmaxAttention
 from data_prep.compact import load_split, manifest_path
 from lra_base.atomic import atomic_output, write_atomic
-from torch import Tensor, nn
 
 from ._port_resume import LoopState, tracked_dataset_class
 

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from torch import Tensor
+
 from analyses._poly_features import (
     POLY_MAPS,
     hadamard_shared_features,
@@ -41,7 +43,6 @@ from attention_zoo.slay import laguerre_nodes, positive_random_features, quadrat
 from attention_zoo.yat import naive_yat, unit
 from lra.outputs import TABLES
 from lra_base.atomic import write_atomic
-from torch import Tensor
 
 NAME = "slay_poly_factor"
 PUBLISHED = "slay_poly_approx_table"

@@ -20,8 +20,8 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from ._first_order import first_order_only
 from ._sketch import CHUNK_BYTES, chunk_of, put_chunk, token_chunks
+from .first_order import first_order_only
 from .kernel import normalization_backward, prefix_lengths
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._first_order import first_order_only
 from ._sketch import CHUNK_BYTES, token_chunks
+from .first_order import first_order_only
 
 
 def kernel_block(x_c: Tensor, s: Tensor, s_half_sq: Tensor) -> Tensor:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import Tensor
 
-from ._first_order import first_order_only
+from .first_order import first_order_only
 
 Drop = Callable[[Tensor], Tensor] | None
 Blocks = Callable[[Tensor, Tensor], Iterable[tuple[slice, Drop]]]  # (q, k) -> (rows, drop) per block

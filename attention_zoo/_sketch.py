@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._first_order import first_order_only
+from .first_order import first_order_only
 
 CHUNK_BYTES = 2**21  # projections per chunk: of 1-16 MiB, 2 MiB was fastest here (1 MiB L2 per core)
 

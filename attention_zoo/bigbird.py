@@ -33,7 +33,7 @@ from ._blocks import (
     scaled_scores,
     to_blocks,
 )
-from ._first_order import first_order_only
+from .first_order import first_order_only
 from .kernel import float32_region
 from .registry import register
 

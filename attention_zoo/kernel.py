@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._first_order import first_order_only
+from .first_order import first_order_only
 
 
 def float32_region(x: Tensor):

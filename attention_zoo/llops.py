@@ -38,7 +38,7 @@ from .kernel import (
     rescale_homogeneous,
     values_and_ones,
 )
-from .registry import register
+from .registry import refuse_out_of_range, register
 
 
 @register("llops")
@@ -54,9 +54,8 @@ class LLoPSAttention(nn.Module):
                  rank: int = 1, square: bool = True, constant: bool = False, linear_features: int = 0,
                  init: str = "random", eps: float = 1e-6, causal: bool = False, chunk_size: int = 256):
         super().__init__()
-        if degree < 1 or features < 1 or rank < 1 or linear_features < 0 or not eps > 0 or chunk_size < 1:
-            raise ValueError("llops needs degree >= 1, features >= 1, rank >= 1, linear_features >= 0, eps > 0, "
-                             "chunk_size >= 1")
+        refuse_out_of_range(type(self), degree=degree, features=features, rank=rank, linear_features=linear_features,
+                            eps=eps, chunk_size=chunk_size)
         if init not in ("random", "based"):
             raise ValueError(f"llops init must be 'random' or 'based', got {init!r}")
         self.degree, self.features, self.rank, self.square = degree, features, rank, square

@@ -40,8 +40,8 @@ from torch import Tensor, nn
 
 from ._attention_dropout import attention_dropout, check_dropout, dropout_seed
 from ._blocks import explicit_attention, masked_softmax, pad_tokens, real_tokens, scaled_scores
-from ._first_order import first_order_only
 from ._recomputed_softmax import block_backward, block_forward, rows_per_block
+from .first_order import first_order_only
 from .kernel import float32_region
 from .registry import register
 

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from ._blocks import explicit_attention, keep_in_graph, real_tokens, refuse_causal
-from ._first_order import first_order_only
+from .first_order import first_order_only
 from .kernel import float32_region
 from .registry import register
 

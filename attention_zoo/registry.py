@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import fnmatch
 import inspect
+import operator
 
 from torch import nn
 
 _REGISTRY: dict[str, type[nn.Module]] = {}
 _BUILD_ARGS = ("head_dim", "num_heads", "max_len")
+_COMPARISONS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 
 
 def register(name: str):
@@ -38,6 +40,17 @@ def register(name: str):
         return cls
 
     return decorator
+
+
+def refuse_out_of_range(cls: type[nn.Module], **values: float) -> None:
+    """A ``ValueError`` naming the first of ``values`` outside the range the class declares in ``option_ranges``
+    (``{"eps": "> 0", "p": ">= 0 and < 1"}``): its constructor calls this, so the one declaration is both what it
+    refuses and what ``lra.attention_options`` reads from the source to refuse before torch loads."""
+    for key, value in values.items():
+        spec = cls.option_ranges[key]
+        parts = [part.split() for part in spec.split(" and ")]
+        if not all(_COMPARISONS[symbol](value, float(bound)) for symbol, bound in parts):
+            raise ValueError(f"{cls.registry_name} needs {key} {spec}, got {key}={value!r}")
 
 
 def available(pattern: str = "*") -> list[str]:

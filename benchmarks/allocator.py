@@ -65,16 +65,17 @@ def thp_mode() -> str:
 def child(args) -> None:
     """One case: ``args.steps`` timed training steps; prints one JSON line."""
     import pytorch_lightning as pl
+
     from lra.allocator import release_freed_memory, reuse_freed_memory
     from lra.build import build
-    from lra.config import compose
+    from lra.config import compose_run
     from lra.optimizer import adamw
 
-    cfg = compose([f"task={args.task}", f"attention={args.attention}", *args.overrides])
-    if cfg["reuse_freed_memory"]:
+    run = compose_run([f"task={args.task}", f"attention={args.attention}", *args.overrides])
+    if run.reuse_freed_memory:
         reuse_freed_memory()  # as run.py
-    pl.seed_everything(cfg["seed"], verbose=False)
-    built = build(cfg)
+    pl.seed_everything(run.seed, verbose=False)
+    built = build(run)
     model = built.model
     optimizer = adamw(model.parameters(), lr=1e-4)
     cpu, faults = [], []
@@ -85,7 +86,7 @@ def child(args) -> None:
         model.model_step(batch)[0].backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        if cfg["reuse_freed_memory"] and (step + 1) % args.release_every == 0:
+        if run.reuse_freed_memory and (step + 1) % args.release_every == 0:
             release_freed_memory()  # as lra.allocator.ReleaseFreedMemory, inside the step it follows
         cpu.append(time.process_time() - start)
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)

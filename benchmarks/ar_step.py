@@ -23,7 +23,7 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
 from lra.build import plain_training
-from lra.config import compose
+from lra.config import compose_run
 from lra.train import run
 
 DEFAULTS = ["task=ar", "attention=llops", "attention.degree=4", "attention.features=64", "attention.square=true",
@@ -47,8 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    cfg = compose([*DEFAULTS, *args.overrides])
-    data, model, step = plain_training(cfg, lr=1e-3)
+    data, model, step = plain_training(compose_run([*DEFAULTS, *args.overrides]), lr=1e-3)
     loader = data.train_dataloader()
     batches = iter(loader)
     one = next(batches)
@@ -71,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             step(one)
     with tempfile.TemporaryDirectory() as tmp:
         steps = [f"task.max_steps={args.steps}", f"task.eval_every={args.steps}"]
-        record = run(compose([*DEFAULTS, *args.overrides, *steps]), Path(tmp) / "run")
+        record = run(compose_run([*DEFAULTS, *args.overrides, *steps]), Path(tmp) / "run")
     per_step["run"] = record["fit_time_s"] / args.steps
     print(f"{tokens} tokens a step; model step {flops.get_total_flops() / 1e9:.2f} GFLOP "
           f"({flops.get_total_flops() / per_step['model'] / 1e9:.1f} GFLOP/s)")

@@ -15,12 +15,13 @@ import statistics
 import time
 from pathlib import Path
 
-import attention_zoo
 import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+import attention_zoo
 from lra.allocator import reuse_freed_memory
 from lra.outputs import BENCH
 from lra_base.atomic import save_figure, write_atomic
-from torch.utils.flop_counter import FlopCounterMode
 
 DEFAULT_NAMES = ["softmax", "linear", "based", "llops", "polysketch", "performer", "cosformer", "nystrom"]
 FIG2 = {"names": ["softmax", "linear", "based", "llops", "polysketch"], "head_dim": 128,

@@ -22,15 +22,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import attention_zoo
 import numpy as np
 import torch
+from hydra.errors import HydraException
+
+import attention_zoo
 from benchmarks.revision import import_at
 from benchmarks.step_versions import compare
-from hydra.errors import HydraException
 from lra.allocator import reuse_freed_memory
-from lra.config import compose
+from lra.config import compose_run
 from lra.module import attention_factory
+from lra.settings import Run
 from lra_base.errors import UserError
 
 
@@ -63,10 +65,10 @@ def forward_backward(module: torch.nn.Module, batches: list[tuple[torch.Tensor, 
     return run
 
 
-def build(cfg: dict, zoo) -> torch.nn.Module:
+def build(run: Run, zoo) -> torch.nn.Module:
     """The configured attention of the first layer, built from ``zoo`` after seeding torch with 0."""
     torch.manual_seed(0)
-    return attention_factory(cfg, int(cfg["task"]["max_len"]), zoo)().train()
+    return attention_factory(run, zoo)().train()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,14 +87,14 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     reuse_freed_memory()  # as training does: freed memory is reused, not returned and faulted in again
     try:
-        cfg = compose(["task=listops", f"attention={args.attention}", *args.overrides])
-        model = cfg["model"]
-        heads, head_dim = model["heads"], (model["qkv_dim"] or model["dim"]) // model["heads"]
-        drawn = batch_lengths(Path(cfg["data_dir"]), int(cfg["task"]["batch_size"]), args.batches)
+        run = compose_run(["task=listops", f"attention={args.attention}", *args.overrides])
+        model = run.model
+        heads, head_dim = model.heads, (model.qkv_dim or model.dim) // model.heads
+        drawn = batch_lengths(Path(run.data_dir), run.task.batch_size, args.batches)
         batches = [inputs(lengths, heads, head_dim, seed) for seed, lengths in enumerate(drawn)]
         with tempfile.TemporaryDirectory() as folder:
-            new = build(cfg, attention_zoo)
-            old = build(cfg, import_at(args.against, Path(folder), "attention_zoo"))
+            new = build(run, attention_zoo)
+            old = build(run, import_at(args.against, Path(folder), "attention_zoo"))
             q, k, v, mask = batches[0]
             with torch.no_grad():
                 gap = (new(q, k, v, key_padding_mask=mask) - old(q, k, v, key_padding_mask=mask)).abs().max()
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     timed = "one thread (CPU time)" if args.threads == 1 else f"{args.threads} threads (wall time)"
-    print(f"{cfg['attention']}: this tree against {args.against}, {len(drawn)} batches of {len(drawn[0])} "
+    print(f"{run.config()['attention']}: this tree against {args.against}, {len(drawn)} batches of {len(drawn[0])} "
           f"(longest {', '.join(str(int(lengths.max())) for lengths in drawn)}), {timed}, forward + backward, "
           f"medians of {args.rounds} rounds")
     print(f"  this tree {row['this_tree'] / 1e6:.4f} s, {args.against} {row['against'] / 1e6:.4f} s a round: "

@@ -18,19 +18,20 @@ import time
 
 import numpy as np
 import torch
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
 from data_prep.compact import CompactSplit
 from data_prep.listops import NUM_CLASSES, VOCAB, sample_trees
-from hydra.errors import HydraException
 from lra.allocator import reuse_freed_memory
 from lra.build import build_model
-from lra.checks import check_config
-from lra.config import compose
+from lra.config import compose_run
 from lra.data import SequenceDataset, pad_batch
 from lra.machine import cpu_model, read_cpuinfo, vector_units
 from lra.optimizer import adamw
 from lra.sampling import EpochSampler, LengthGroupedSampler
+from lra.settings import Run
 from lra_base.errors import UserError
-from omegaconf.errors import OmegaConfBaseException
 
 POOLS = (1, 5, 10, 20, 50, 100)
 
@@ -59,12 +60,12 @@ def quantile_batches(batches: list[np.ndarray], lengths: np.ndarray, count: int)
     return [ranked[int((i + 0.5) * len(ranked) / count)] for i in range(count)]
 
 
-def train_steps(cfg: dict, batches: dict[str, list[dict]], warmup: int = 1) -> dict[str, list[float]]:
+def train_steps(run: Run, batches: dict[str, list[dict]], warmup: int = 1) -> dict[str, list[float]]:
     """CPU seconds, wall seconds, real tokens and padded tokens per order over its batches, one optimizer step
     each, the orders alternating (each order's first ``warmup`` batches are run once untimed). CPU time is what
     the step costs however busy the machine; wall time counts the time other processes held the cores."""
-    model = build_model(cfg, len(VOCAB), NUM_CLASSES).train()
-    optimizer = adamw(model.parameters(), cfg["task"]["optim"])
+    model = build_model(run, len(VOCAB), NUM_CLASSES).train()
+    optimizer = adamw(model.parameters(), run.task.optim)
 
     def step(batch: dict) -> tuple[float, float]:
         cpu, wall = time.process_time(), time.perf_counter()
@@ -97,27 +98,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. task.batching_pool=20")
     args = parser.parse_args(argv)
     try:
-        cfg = compose(["task=listops", f"attention={args.attention}", *args.overrides])
-        check_config(cfg)
+        run = compose_run(["task=listops", f"attention={args.attention}", *args.overrides])
     except (HydraException, OmegaConfBaseException, UserError) as err:  # each names the bad setting
         print(f"error: {err}", file=sys.stderr)
         return 2
-    task, generate = cfg["task"], cfg["task"]["data"]["generate"]
-    if args.train < task["batch_size"] or args.steps < 0:
-        print(f"error: --train must be >= task.batch_size={task['batch_size']} and --steps >= 0", file=sys.stderr)
+    task, generate = run.task, run.task.data.generate
+    if args.train < task.batch_size or args.steps < 0:
+        print(f"error: --train must be >= task.batch_size={task.batch_size} and --steps >= 0", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
-    if cfg["reuse_freed_memory"]:
+    if run.reuse_freed_memory:
         reuse_freed_memory()  # as training does
     print(f"CPU: {cpu_name()}; torch threads: {torch.get_num_threads()}")
     tokens, offsets, labels, _ = sample_trees(args.train, seed=generate["seed"], log=lambda _: None,
                                               **{k: generate[k] for k in ("min_length", "max_length", "max_depth",
                                                                           "max_args")})
     split = CompactSplit(tokens, offsets, labels, {})
-    lengths = np.minimum(np.diff(offsets), task["max_len"])
-    size, pool, seed = task["batch_size"], task["batching_pool"], cfg["seed"]
+    lengths = np.minimum(np.diff(offsets), task.max_len)
+    size, pool, seed = task.batch_size, task.batching_pool, run.seed
     print(f"{args.train} trees: mean {lengths.mean():.0f} tokens, median {np.median(lengths):.0f}; batch {size}, "
-          f"max_len {task['max_len']}")
+          f"max_len {task.max_len}")
     orders = {"random": epoch_batches(EpochSampler(len(lengths), seed), size),
               "length_grouped": epoch_batches(LengthGroupedSampler(lengths, seed, size, pool), size)}
     padding = {name: padding_fraction(batches, lengths) for name, batches in orders.items()}
@@ -129,10 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"padding fraction by task.batching_pool: {table}")
     if not args.steps:
         return 0
-    dataset = SequenceDataset(split, task["max_len"])
+    dataset = SequenceDataset(split, task.max_len)
     timed = {name: [pad_batch([dataset[int(i)] for i in b]) for b in quantile_batches(batches, lengths, args.steps)]
              for name, batches in orders.items()}
-    result = train_steps(cfg, timed)
+    result = train_steps(run, timed)
     for name, (cpu, wall, real, padded) in result.items():
         print(f"{name}: {args.steps} steps, {cpu:.1f} CPU s ({wall:.1f} s wall): {real / cpu:,.0f} real tokens "
               f"a CPU second ({padded / cpu:,.0f} computed; {real / wall:,.0f} real a wall second), padding "

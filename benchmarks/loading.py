@@ -14,8 +14,9 @@ import sys
 import time
 
 import pytorch_lightning as pl
+
 from lra.build import build
-from lra.config import compose
+from lra.config import compose_run
 from lra_base.errors import UserError
 
 
@@ -42,9 +43,9 @@ class LoadingTimer(pl.Callback):
 def measure(overrides: list[str], steps: int) -> LoadingTimer:
     if not any(o.startswith("experiment=") for o in overrides):
         overrides = ["experiment=quick", *overrides]
-    cfg = compose(overrides)
-    pl.seed_everything(cfg["seed"], workers=True)
-    built = build(cfg)
+    run = compose_run(overrides)
+    pl.seed_everything(run.seed, workers=True)
+    built = build(run)
     datamodule, model = built.datamodule, built.model
     timer = LoadingTimer()
     trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, limit_val_batches=0, logger=False,

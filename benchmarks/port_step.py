@@ -33,15 +33,16 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
 from attention_zoo import extra_inputs
 from lra.allocator import reuse_freed_memory
-from lra.config import compose
+from lra.config import compose_run
 from lra.model import AttentionBlock
 from lra.outputs import BENCH
 from lra.tasks.listops import LitModule
 from lra_base.atomic import write_atomic
-from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
 
 MECHANISMS = ["softmax", "nystrom", "performer", "linformer", "skyformer"]
 # our options that give the port's ListOps hyperparameters (its config.py extra_attn_config), where ours differ
@@ -93,8 +94,8 @@ def port_config(config: dict, attention: str, length: int) -> dict:
 
 
 def our_model(attention: str, length: int, overrides: list[str], checkpointed: bool) -> nn.Module:
-    cfg = compose(["task=listops", f"attention={attention}", f"task.max_len={length}", *overrides])
-    model = LitModule(cfg, VOCAB, CLASSES)
+    run = compose_run(["task=listops", f"attention={attention}", f"task.max_len={length}", *overrides])
+    model = LitModule(run, VOCAB, CLASSES)
     if checkpointed:
         for block in model.encoder.blocks:
             if isinstance(block, AttentionBlock):

@@ -37,18 +37,18 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+
+from benchmarks import attention_name
 from benchmarks.flops import counter, gemm_gflops
 from lra.allocator import reuse_freed_memory
 from lra.build import build
-from lra.config import compose
+from lra.config import compose_run
 from lra.outputs import BENCH
-from lra.settings import eval_batch_size
+from lra.settings import Run
 from lra.subnormals import flush_subnormals
 from lra.threads import torch_threads
 from lra_base.atomic import write_atomic
 from lra_base.errors import UserError
-
-from benchmarks import attention_name
 
 ATTENTIONS = ["softmax", "linear", "llops"]
 
@@ -90,26 +90,26 @@ def sample_batches(order: list[int], batch_size: int, every: int) -> tuple[list[
     return [i for batch in picked for i in batch], len(picked), len(batches)
 
 
-def trainer_kwargs(cfg: dict) -> dict:
-    return dict(accelerator="cpu", devices=1, precision=cfg["trainer"]["precision"], logger=False,
-                gradient_clip_val=cfg["trainer"].get("gradient_clip_val"), enable_checkpointing=False,
+def trainer_kwargs(run: Run) -> dict:
+    return dict(accelerator="cpu", devices=1, precision=run.trainer["precision"], logger=False,
+                gradient_clip_val=run.trainer.get("gradient_clip_val"), enable_checkpointing=False,
                 enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
 
 
-def step_seconds(cfg: dict, datamodule, model, steps: int, warmup: int) -> tuple[float, float]:
+def step_seconds(run: Run, datamodule, model, steps: int, warmup: int) -> tuple[float, float]:
     """Median wall and CPU seconds of a training step on the run's own batches (after ``warmup`` steps)."""
     clock = Clock(skip=warmup)
-    trainer = pl.Trainer(**trainer_kwargs(cfg), max_steps=warmup + steps, limit_val_batches=0, callbacks=[clock])
+    trainer = pl.Trainer(**trainer_kwargs(run), max_steps=warmup + steps, limit_val_batches=0, callbacks=[clock])
     trainer.fit(model, train_dataloaders=datamodule.train_dataloader())
     return statistics.median(clock.wall), statistics.median(clock.cpu)
 
 
-def pass_seconds(cfg: dict, datamodule, model, split: str, every: int) -> tuple[float, float, int, int]:
+def pass_seconds(run: Run, datamodule, model, split: str, every: int) -> tuple[float, float, int, int]:
     """Estimated wall and CPU seconds of one evaluation pass over ``split``, the batches timed and all."""
-    batch_size = eval_batch_size(cfg["task"])  # as the run's loader batches it
+    batch_size = run.eval_batch_size  # as the run's loader batches it
     indices, timed, total = sample_batches(datamodule.eval_order(split), batch_size, every)
     clock = Clock()
-    trainer = pl.Trainer(**trainer_kwargs(cfg), inference_mode=True, callbacks=[clock])
+    trainer = pl.Trainer(**trainer_kwargs(run), inference_mode=True, callbacks=[clock])
     trainer.validate(model, dataloaders=datamodule._loader(split, indices), verbose=False)
     return sum(clock.wall) * total / timed, sum(clock.cpu) * total / timed, timed, total
 
@@ -125,9 +125,9 @@ def step_gflop(datamodule, model, steps: int) -> float:
     return statistics.median(counts)
 
 
-def pass_gflop(cfg: dict, datamodule, model, split: str, every: int) -> float:
+def pass_gflop(run: Run, datamodule, model, split: str, every: int) -> float:
     """Matmul GFLOP of one evaluation pass over ``split``, from the batches ``pass_seconds`` times."""
-    batch_size = eval_batch_size(cfg["task"])  # as the run's loader batches it
+    batch_size = run.eval_batch_size  # as the run's loader batches it
     indices, timed, total = sample_batches(datamodule.eval_order(split), batch_size, every)
     model.eval()
     with torch.inference_mode(), counter() as flops:
@@ -138,22 +138,22 @@ def pass_gflop(cfg: dict, datamodule, model, split: str, every: int) -> float:
 
 
 def estimate(attention: str, args) -> dict:
-    cfg = compose(["task=listops", f"attention={attention}", *args.overrides])
-    if cfg["flush_subnormals"]:
+    run = compose_run(["task=listops", f"attention={attention}", *args.overrides])
+    if run.flush_subnormals:
         flush_subnormals()  # as run.py; the intra-op threads started after it take the mode
-    if cfg["reuse_freed_memory"]:
+    if run.reuse_freed_memory:
         reuse_freed_memory()  # as run.py
-    pl.seed_everything(cfg["seed"], verbose=False)
-    built = build(cfg)
+    pl.seed_everything(run.seed, verbose=False)
+    built = build(run)
     datamodule, model = built.datamodule, built.model
-    step, step_cpu = step_seconds(cfg, datamodule, model, args.steps, args.warmup)
-    val, val_cpu, val_timed, val_batches = pass_seconds(cfg, datamodule, model, "val", args.every)
-    test, test_cpu, test_timed, test_batches = pass_seconds(cfg, datamodule, model, "test", args.every)
-    steps, every = int(cfg["task"]["max_steps"]), int(cfg["task"]["eval_every"])
+    step, step_cpu = step_seconds(run, datamodule, model, args.steps, args.warmup)
+    val, val_cpu, val_timed, val_batches = pass_seconds(run, datamodule, model, "val", args.every)
+    test, test_cpu, test_timed, test_batches = pass_seconds(run, datamodule, model, "test", args.every)
+    steps, every = run.task.max_steps, run.task.eval_every
     validations = steps // every
     gflop = (step_gflop(datamodule, model, args.warmup + args.steps),
-             pass_gflop(cfg, datamodule, model, "val", args.every),
-             pass_gflop(cfg, datamodule, model, "test", args.every))
+             pass_gflop(run, datamodule, model, "val", args.every),
+             pass_gflop(run, datamodule, model, "test", args.every))
     total_gflop = steps * gflop[0] + validations * gflop[1] + gflop[2]
     row = {"attention": attention, "steps": steps, "validations": validations, "val_batches": val_batches,
            "val_timed": val_timed, "test_batches": test_batches, "test_timed": test_timed,

@@ -22,14 +22,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks import attention_name
 from benchmarks.revision import ROOT, unpack
 from lra.outputs import BENCH
 from lra_base.atomic import write_atomic
 from lra_base.errors import UserError
 
-from benchmarks import attention_name
-
 CODE = ["lra", "attention_zoo", "benchmarks", "conf", "data_prep", "run.py"]
+LATER_CODE = ["lra_base"]  # unpacked where the revision has it (since 59b6cb6: the floor below lra and data_prep)
 NEEDED = {"total_min", "floor_min", "gemm_gflops"}  # run_estimate's columns this compares (d750e0e and later)
 
 
@@ -69,6 +69,7 @@ def commit_of(rev: str | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     import pandas as pd
+
     from results.bench_tables import run_estimate_versions_table
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run_estimate_versions",
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             old = Path(tmp) / "revision"
-            if missing := sorted(set(CODE) - set(unpack(args.against, old, CODE))):
+            if missing := sorted(set(CODE) - set(unpack(args.against, old, [*CODE, *LATER_CODE]))):
                 raise UserError(f"--against {args.against}: it has no {', '.join(missing)}, so its run_estimate would "
                                 f"import this tree's; give a later commit")
             commits = {"this tree": commit_of(None), args.against: commit_of(args.against)}

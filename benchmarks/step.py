@@ -18,19 +18,21 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
-from benchmarks.loading import LoadingTimer
-from lra.allocator import reuse_freed_memory
-from lra.build import build_model, example_batch, task_names
-from lra.config import CONF_DIR, compose
-from lra.model import AttentionBlock
-from lra.outputs import BENCH
-from lra.subnormals import flush_subnormals
-from lra_base.atomic import write_atomic
-from lra_base.errors import UserError
 from omegaconf import OmegaConf
 from torch import Tensor, nn
 
 from benchmarks import attention_name
+from benchmarks.loading import LoadingTimer
+from lra.allocator import reuse_freed_memory
+from lra.build import build_model, example_batch
+from lra.config import CONF_DIR, compose_run
+from lra.model import AttentionBlock
+from lra.outputs import BENCH
+from lra.settings import Run
+from lra.subnormals import flush_subnormals
+from lra.task_facts import task_names
+from lra_base.atomic import write_atomic
+from lra_base.errors import UserError
 
 LONGEST = 4096  # tasks with longer sequences (Path-X: 16384 tokens) are timed only when --tasks names them
 ATTENTIONS = ["softmax", "linear", "based", "llops"]
@@ -50,14 +52,14 @@ class PassThrough(nn.Module):
         return v
 
 
-def step_seconds(cfg: dict, batch: dict[str, Tensor], steps: int, warmup: int,
+def step_seconds(run: Run, batch: dict[str, Tensor], steps: int, warmup: int,
                  pass_through: bool) -> tuple[float, int]:
     """Median seconds of one Lightning training step (after ``warmup`` steps) on ``batch`` repeated, and the real
     tokens the model counts in ``batch`` (its ``tokens_in``); with ``task.micro_batches`` n, ``batch`` is one part
     and a step is n parts accumulated (times summed per step)."""
-    micro = int(cfg["task"]["micro_batches"])
-    pl.seed_everything(cfg["seed"], verbose=False)
-    model = build_model(cfg, VOCAB, int(cfg["task"]["num_classes"]))
+    micro = run.task.micro_batches
+    pl.seed_everything(run.seed, verbose=False)
+    model = build_model(run, VOCAB, run.task.num_classes)
     if pass_through:
         for block in model.encoder.blocks:
             if isinstance(block, AttentionBlock):
@@ -77,15 +79,15 @@ def measure(task: str, attention: str, args) -> dict:
     overrides = [f"task={task}", f"attention={attention}", *args.overrides]
     if args.experiment:
         overrides.append(f"experiment={args.experiment}")
-    cfg = compose(overrides)
-    micro = int(cfg["task"]["micro_batches"])
-    batch_size = args.batch or int(cfg["task"]["batch_size"])
+    run = compose_run(overrides)
+    micro = run.task.micro_batches
+    batch_size = args.batch or run.task.batch_size
     if batch_size % micro:
         raise UserError(f"--batch {batch_size} does not split into task.micro_batches={micro} equal parts: "
                         f"give a multiple of {micro}, or add task.micro_batches=1")
-    batch = example_batch(cfg, batch_size // micro, VOCAB, torch.Generator().manual_seed(0))
-    step, tokens = step_seconds(cfg, batch, args.steps, args.warmup, pass_through=False)
-    rest, _ = step_seconds(cfg, batch, args.steps, args.warmup, pass_through=True)
+    batch = example_batch(run, batch_size // micro, VOCAB, torch.Generator().manual_seed(0))
+    step, tokens = step_seconds(run, batch, args.steps, args.warmup, pass_through=False)
+    rest, _ = step_seconds(run, batch, args.steps, args.warmup, pass_through=True)
     tokens *= micro
     return {"task": task, "attention": attention, "batch": batch_size, "length": batch["tokens"].shape[1],
             "step_ms": 1e3 * step, "tokens_per_s": tokens / step, "rest_ms": 1e3 * rest,

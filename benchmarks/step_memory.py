@@ -32,19 +32,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-import attention_zoo
 import pytorch_lightning as pl
 import torch
+
+import attention_zoo
+from benchmarks import attention_name
 from benchmarks.loading import LoadingTimer
 from benchmarks.step import VOCAB
 from lra.allocator import reuse_freed_memory
 from lra.build import build_model, example_batch
-from lra.config import compose
+from lra.config import compose_run
 from lra.outputs import BENCH
 from lra.subnormals import flush_subnormals
 from lra_base.atomic import write_atomic
-
-from benchmarks import attention_name
 
 TASKS = ["text", "retrieval"]
 MIB = 2**20
@@ -101,16 +101,16 @@ def measure_here(task: str, attention: str, batch_size: int | None, steps: int, 
                  cap: int | None = None) -> dict:
     """One cell in this process: memory before training, the peak over ``steps`` steps (the data segment capped
     at ``cap`` bytes from the first step), the step time."""
-    cfg = compose([f"task={task}", f"attention={attention}", *overrides])
-    if cfg["flush_subnormals"]:
+    run = compose_run([f"task={task}", f"attention={attention}", *overrides])
+    if run.flush_subnormals:
         flush_subnormals()  # as run.py
-    if cfg["reuse_freed_memory"]:
+    if run.reuse_freed_memory:
         reuse_freed_memory()
-    pl.seed_everything(cfg["seed"], verbose=False)
-    micro = int(cfg["task"]["micro_batches"])
-    batch_size = batch_size or int(cfg["task"]["batch_size"]) // micro
-    batch = example_batch(cfg, batch_size, VOCAB, torch.Generator().manual_seed(0))
-    model = build_model(cfg, VOCAB, int(cfg["task"]["num_classes"]))
+    pl.seed_everything(run.seed, verbose=False)
+    micro = run.task.micro_batches
+    batch_size = batch_size or run.task.batch_size // micro
+    batch = example_batch(run, batch_size, VOCAB, torch.Generator().manual_seed(0))
+    model = build_model(run, VOCAB, run.task.num_classes)
     probe, timer = PeakProbe(cap), LoadingTimer(skip=1)
     trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, limit_val_batches=0, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,

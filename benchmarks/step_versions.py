@@ -27,14 +27,16 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+import torch
+
 import lra.dropout
 import lra.model
 import lra.optimizer
-import torch
 from benchmarks.revision import import_at
 from benchmarks.step import PassThrough
 from lra.allocator import reuse_freed_memory
-from lra.config import compose
+from lra.config import compose_run
+from lra.settings import Run
 from lra_base.errors import UserError
 
 MASK_FUNCTIONS = ("keep_mask", "drop_mask")  # lra.dropout's mask function, by its name at each revision
@@ -50,14 +52,14 @@ def load_lra_at(rev: str, folder: Path) -> ModuleType:
     return package
 
 
-def build(model_module: ModuleType, cfg: dict, seed: int = 0) -> torch.nn.Module:
-    """The encoder of ``cfg`` from ``model_module`` (a version's ``lra.model``), attention replaced by ``out = v``."""
-    model, max_len = cfg["model"], int(cfg["task"]["max_len"])
+def build(model_module: ModuleType, run: Run, seed: int = 0) -> torch.nn.Module:
+    """The encoder of ``run`` from ``model_module`` (a version's ``lra.model``), attention replaced by ``out = v``."""
+    model, max_len = run.model, run.task.max_len
     torch.manual_seed(seed)
-    return model_module.Encoder(vocab_size=256, max_len=max_len, dim=model["dim"], depth=model["depth"],
-                                num_heads=model["heads"], ffn_dim=model["ffn_dim"], dropout=model["dropout"],
-                                make_attention=lambda layer: PassThrough(), pooling=model["pooling"],
-                                qkv_dim=model.get("qkv_dim"))
+    return model_module.Encoder(vocab_size=256, max_len=max_len, dim=model.dim, depth=model.depth,
+                                num_heads=model.heads, ffn_dim=model.ffn_dim, dropout=model.dropout,
+                                make_attention=lambda layer: PassThrough(), pooling=model.pooling,
+                                qkv_dim=model.qkv_dim)
 
 
 def training_step(version: ModuleType, encoder: torch.nn.Module, tokens: torch.Tensor,
@@ -132,10 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     reuse_freed_memory()
     try:
-        cfg = compose([f"task={args.task}", "attention=linear", *args.overrides])
+        run = compose_run([f"task={args.task}", "attention=linear", *args.overrides])
         with tempfile.TemporaryDirectory() as folder:
             old = load_lra_at(args.against, Path(folder))
-            rows = run_parts(args, cfg, old)
+            rows = run_parts(args, run, old)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -148,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_parts(args, cfg: dict, old: ModuleType) -> list[dict]:
-    length = int(cfg["task"].get("seq_len", cfg["task"]["max_len"]))
-    p, hidden = float(cfg["model"]["dropout"]), int(cfg["model"]["ffn_dim"])
+def run_parts(args, run: Run, old: ModuleType) -> list[dict]:
+    length = int(run.task.own.get("seq_len", run.task.max_len))
+    p, hidden = float(run.model.dropout), run.model.ffn_dim
     tokens = args.batch * length
     clock = time.thread_time if args.threads == 1 else time.perf_counter  # one thread's CPU time misses the others'
     rows = []
@@ -169,8 +171,8 @@ def run_parts(args, cfg: dict, old: ModuleType) -> list[dict]:
     if "step" in args.parts:
         ids = torch.randint(1, 256, (args.batch, length), generator=torch.Generator().manual_seed(0))
         lengths = torch.full((args.batch,), length)
-        rows.append(compare("step", "us", tokens, training_step(lra, build(lra.model, cfg), ids, lengths),
-                            training_step(old, build(old.model, cfg), ids, lengths), args.rounds, args.warmup, clock))
+        rows.append(compare("step", "us", tokens, training_step(lra, build(lra.model, run), ids, lengths),
+                            training_step(old, build(old.model, run), ids, lengths), args.rounds, args.warmup, clock))
     return rows
 
 

@@ -61,16 +61,18 @@ def measure(checkpoint: Path, batches: int, data_dir: str | None, settings: list
 
     from analyses._microscope_models import validation_batches
     from lra.build import build_model
+    from lra.record_compat import upgrade
 
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     hparams = state["hyper_parameters"]
     cfg = with_settings(hparams["cfg"], list(settings))
     if data_dir is not None:
         cfg = with_settings(cfg, [f"data_dir={data_dir}", f"task.data.root={data_dir}"])
-    trained = build_model(cfg, hparams["vocab_size"], hparams["num_classes"])
+    run = upgrade(cfg)
+    trained = build_model(run, hparams["vocab_size"], hparams["num_classes"])
     trained.load_state_dict(state["state_dict"])
-    fresh = build_model(cfg, hparams["vocab_size"], hparams["num_classes"])
-    data = validation_batches(cfg, batches + 1, int(cfg["task"]["batch_size"]))
+    fresh = build_model(run, hparams["vocab_size"], hparams["num_classes"])
+    data = validation_batches(run, batches + 1, run.task.batch_size)
     times = {}
     for name, model in (("trained", trained.train()), ("initialised", fresh.train())):
         steps = []

@@ -22,17 +22,17 @@ from collections import defaultdict
 
 import pandas as pd
 import pytorch_lightning as pl
+from torch.profiler import ProfilerActivity, profile
+
+from benchmarks import taking_turns, write_csv
 from lra.allocator import reuse_freed_memory
 from lra.build import build
-from lra.config import compose
+from lra.config import compose_run
 from lra.optimizer import adamw
 from lra.outputs import BENCH
 from lra.subnormals import flush_subnormals
 from lra.threads import torch_threads
 from lra_base.errors import UserError
-from torch.profiler import ProfilerActivity, profile
-
-from benchmarks import taking_turns, write_csv
 
 GROUPS = {
     "matmul": {"aten::mm", "aten::bmm", "aten::addmm", "aten::addmm_", "aten::baddbmm", "aten::baddbmm_",
@@ -98,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     reuse_freed_memory()
     flush_subnormals()  # as training does, before either thread count's threads start
     try:
-        cfg = compose([f"task={args.task}", f"attention={args.attention}", *args.overrides])
+        run = compose_run([f"task={args.task}", f"attention={args.attention}", *args.overrides])
         pl.seed_everything(0, verbose=False)
-        built = build(cfg)
+        built = build(run)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

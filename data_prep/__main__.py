@@ -1,4 +1,5 @@
-"""Command line: ``python -m data_prep <task> --out DIR [--source PATH] [--seed S] [size options]``.
+"""Command line: ``python -m data_prep <task> --out DIR [--source PATH] [--seed S] [size options]``, and
+``python -m data_prep fetch <task>|all [--out DIR] [--mirror BASE_URL]`` (download the official files, then import).
 
 Each task module in TASK_MODULES exposes ``add_arguments(parser)`` and ``main(args) -> int``; adding a
 task is one line here. User errors (bad data, bad options) print one message on stderr and exit 2.
@@ -20,6 +21,7 @@ TASK_MODULES = {
     "text": "data_prep.text",
     "retrieval": "data_prep.retrieval",
     "image": "data_prep.image",
+    "fetch": "data_prep.fetch",
 }
 
 

@@ -18,11 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
 from lra_base.atomic import atomic_output
 
 FORMAT = "lra-compact"
 VERSION = 1
 MANIFEST_NAME = "manifest.json"
+SPLITS = ("train", "val", "test")  # every task folder's splits, in the order they are written and loaded
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # earliest zip date; fixed so files are reproducible byte for byte
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep.compact import fail, require_examples, write_manifest, write_split
+from data_prep.compact import SPLITS, fail, require_examples, write_manifest, write_split
 from data_prep.listops_tsv import DIGIT_ID, END_ID, OP_ID, OPERATORS, VOCAB, read_tsv, write_tsv
 from data_prep.staging import staged_task_dir
 
@@ -37,7 +37,6 @@ TASK = "listops"
 NUM_CLASSES = 10
 VALUE_P = 0.25
 BATCH_TREES = 8192
-SPLITS = ("train", "val", "test")
 FORMATS = ("compact", "tsv")
 
 

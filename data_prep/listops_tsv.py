@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
 from data_prep.compact import fail
 from data_prep.source_files import open_source
 from lra_base.atomic import atomic_output

@@ -14,10 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from PIL import Image, ImageDraw
+
 from data_prep.compact import DataError, fail, inside
 from data_prep.source_files import read_source
 from lra_base.atomic import atomic_output
-from PIL import Image, ImageDraw
 
 RELEASE_FOLDERS = {32: "pathfinder32", 128: "pathfinder128"}
 HARD = "curv_contour_length_14"

@@ -1,29 +1,23 @@
-"""One build path from a config to what trains: ``build(cfg)`` returns the task's data module (prepared and set
-up), its LightningModule and Lightning's ``Trainer`` arguments.
+"""One build path from a ``Run`` to what trains: ``build(run)`` returns the task's data module (prepared and set up),
+its LightningModule and Lightning's ``Trainer`` arguments.
 
 ``lra.train`` (``run.py``), the analyses and the benchmarks build through here, so each of them trains or times
-what ``python run.py`` would: config -> task module (``lra/tasks/<task>.py``) -> ``DataModule`` -> ``LitModule``.
-A task is one module defining ``DataModule`` and ``LitModule``; nothing else names tasks.
+what ``python run.py`` would: run -> task module (``lra/tasks/<task>.py``) -> ``DataModule`` -> ``LitModule``.
+A task is one module defining ``DataModule``, ``LitModule`` and its facts (``lra.task_facts``); nothing else names
+tasks.
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from lra_base.errors import UserError
 
-from .module import ClassificationModule, attention_factory
-from .settings import complete, trainer_arguments
-
-TASKS_DIR = Path(__file__).resolve().parent / "tasks"
-
-
-def task_names() -> list[str]:
-    """The tasks, one module each in ``lra/tasks/`` (with its ``conf/task/<name>.yaml``), sorted."""
-    return sorted(p.stem for p in TASKS_DIR.glob("*.py") if not p.stem.startswith("_"))
+from .module import ClassificationModule, check_attention_builds
+from .settings import Run
+from .task_facts import task_names
 
 
 def task_module(name: str):
@@ -36,47 +30,46 @@ def task_module(name: str):
 
 @dataclass
 class Built:
-    """What one config trains: its data, its model and the ``Trainer`` arguments (``lra.settings``)."""
+    """What one run trains: its data, its model and the ``Trainer`` arguments (``Run.trainer_arguments``)."""
 
     datamodule: Any  # the task's DataModule, prepared and set up
     model: ClassificationModule  # the task's LitModule, freshly initialised
     trainer_arguments: dict[str, Any]
 
 
-def build_data(cfg: dict[str, Any]):
-    """The task's ``DataModule`` for ``cfg``, its data prepared (generated when missing) and loaded."""
-    datamodule = task_module(cfg["task"]["name"]).DataModule(complete(cfg))
+def build_data(run: Run):
+    """The task's ``DataModule`` for ``run``, its data prepared (generated when missing) and loaded."""
+    datamodule = task_module(run.task.name).DataModule(run)
     datamodule.prepare_data()
     datamodule.setup()
     return datamodule
 
 
-def build_model(cfg: dict[str, Any], vocab_size: int, num_classes: int) -> ClassificationModule:
-    """The task's ``LitModule`` for ``cfg`` and the data's vocabulary and classes (weights drawn from torch's RNG)."""
-    return task_module(cfg["task"]["name"]).LitModule(complete(cfg), vocab_size, num_classes)
+def build_model(run: Run, vocab_size: int, num_classes: int) -> ClassificationModule:
+    """The task's ``LitModule`` for ``run`` and the data's vocabulary and classes (weights drawn from torch's RNG)."""
+    return task_module(run.task.name).LitModule(run, vocab_size, num_classes)
 
 
-def build(cfg: dict[str, Any]) -> Built:
-    """Data, model and ``Trainer`` arguments of ``cfg``; a bad attention option fails before any data work."""
-    cfg = complete(cfg)
-    attention_factory(cfg, cfg["task"]["max_len"])  # on the meta device: draws nothing
-    datamodule = build_data(cfg)
-    model = build_model(cfg, datamodule.vocab_size, datamodule.num_classes)
-    return Built(datamodule, model, trainer_arguments(cfg))
+def build(run: Run) -> Built:
+    """Data, model and ``Trainer`` arguments of ``run``; an attention its constructor refuses fails before any data
+    work."""
+    check_attention_builds(run)  # on the meta device: draws nothing
+    datamodule = build_data(run)
+    model = build_model(run, datamodule.vocab_size, datamodule.num_classes)
+    return Built(datamodule, model, run.trainer_arguments)
 
 
-def example_batch(cfg: dict[str, Any], batch_size: int, vocab_size: int, generator) -> dict[str, Any]:
+def example_batch(run: Run, batch_size: int, vocab_size: int, generator) -> dict[str, Any]:
     """A full-length random batch laid out as the task lays out its own (``DataModule.example_batch``)."""
-    task = complete(cfg)["task"]
-    return task_module(task["name"]).DataModule.example_batch(task, batch_size, vocab_size, generator)
+    return task_module(run.task.name).DataModule.example_batch(run.task, batch_size, vocab_size, generator)
 
 
-def plain_training(cfg: dict[str, Any], lr: float = 1e-4):
-    """The task's data (set up) and model (train mode) of ``cfg`` and ``step(batch)``: one forward, loss, backward
+def plain_training(run: Run, lr: float = 1e-4):
+    """The task's data (set up) and model (train mode) of ``run`` and ``step(batch)``: one forward, loss, backward
     and AdamW update outside Lightning, the model's own cost (probes and ``benchmarks.ar_step``)."""
     from .optimizer import adamw
 
-    built = build(cfg)
+    built = build(run)
     model = built.model.train()
     optimizer = adamw(model.parameters(), lr=lr)
 

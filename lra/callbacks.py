@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
-from lra_base.errors import Diverged
 from pytorch_lightning.callbacks import TQDMProgressBar
 from pytorch_lightning.callbacks.progress.tqdm_progress import Tqdm
 from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+from lra_base.errors import Diverged
 
 log = logging.getLogger(__name__)
 

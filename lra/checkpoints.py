@@ -16,9 +16,10 @@ from typing import Any, NamedTuple
 
 import torch
 from lightning_fabric.plugins import TorchCheckpointIO
+from pytorch_lightning.callbacks import ModelCheckpoint
+
 from lra_base.atomic import LinkRefused, atomic_output, refuse_link
 from lra_base.errors import UserError
-from pytorch_lightning.callbacks import ModelCheckpoint
 
 from .data_identity import CHECKPOINT_KEY
 from .disk import disk_full, full_disk_error

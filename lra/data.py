@@ -9,13 +9,15 @@ from typing import Any
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from data_prep.compact import CompactSplit, DataError, load_manifest, load_split, manifest_path
-from lra_base.errors import UserError
 from torch.utils.data import DataLoader, Dataset
+
+from data_prep.compact import SPLITS, CompactSplit, DataError, load_manifest, load_split, manifest_path
+from data_prep.fetch_sources import OFFICIAL_DIR, fetch_command, official_root
+from lra_base.errors import UserError
 
 from .data_identity import data_identity
 from .sampling import EpochSampler, LengthGroupedSampler
-from .settings import eval_batch_size, micro_batch_size
+from .settings import Run, Task
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +70,11 @@ def take(split: CompactSplit, indices: np.ndarray) -> CompactSplit:
 
 
 def missing_source_message(task_dir: Path, needs: str, command: str) -> str:
-    """The message for a converted task whose data was never prepared: what to get and how to convert it."""
-    return (f"no prepared data under {task_dir}. This task is converted from files you supply: {needs}. "
-            f"Convert them with:\n  {command}\n(PATH = where those files are)")
+    """The message for a converted task whose data was never prepared: the command that downloads and converts it
+    (``python -m data_prep fetch``; run.py never downloads unasked), or how to convert files the user has."""
+    return (f"no prepared data under {task_dir}. Download the official files and convert them with:\n  "
+            f"{fetch_command(task_dir.name, task_dir.parent)}\nor, with the files at hand ({needs}), convert them "
+            f"with:\n  {command}\n(PATH = where those files are)")
 
 
 class CompactDataModule(pl.LightningDataModule):
@@ -81,18 +85,18 @@ class CompactDataModule(pl.LightningDataModule):
     ``{val: 1000, test: 2000}``) keeps a fixed random subset of those splits (seed 0, same for every run).
     """
 
-    splits = ("train", "val", "test")
+    splits = SPLITS
 
-    def __init__(self, cfg: dict[str, Any]):
+    def __init__(self, run: Run):
         super().__init__()
-        self.cfg = cfg
-        self.task = cfg["task"]
-        self.root = Path(self.task["data"]["root"])
-        self.task_dir = self.root / self.task["name"]
+        self.run = run
+        self.task = run.task
+        self.root = Path(self.task.data.root)
+        self.task_dir = self.root / self.task.name
         self.data: dict[str, CompactSplit] = {}
 
     def rebuild_command(self) -> str:
-        return f"python -m data_prep {self.task['name']} --out {self.root}"
+        return f"python -m data_prep {self.task.name} --out {self.root}"
 
     def missing_data_message(self) -> str | None:
         """What ``prepare_data`` says when the data was never prepared; None leaves it to ``setup``."""
@@ -130,15 +134,15 @@ class CompactDataModule(pl.LightningDataModule):
         except DataError as err:
             raise UserError(str(err)) from None
         self.check_not_empty()
-        for split, count in (self.task["data"]["limit"] or {}).items():
+        for split, count in (self.task.data.limit or {}).items():
             if split not in self.data:
                 raise UserError(f"task.data.limit names split {split!r}; splits are {', '.join(self.splits)}")
             if count is not None and count < len(self.data[split]):
                 keep = np.random.default_rng(0).choice(len(self.data[split]), size=int(count), replace=False)
                 self.data[split] = take(self.data[split], np.sort(keep))
-        if self.num_classes != self.task["num_classes"]:
+        if self.num_classes != self.task.num_classes:
             raise UserError(f"{self.task_dir}: data has {self.num_classes} classes but task.num_classes is "
-                            f"{self.task['num_classes']}. Rebuild it with: {self.rebuild_command()}")
+                            f"{self.task.num_classes}. Rebuild it with: {self.rebuild_command()}")
         self.check_lengths()
 
     def check_not_empty(self) -> None:
@@ -152,14 +156,14 @@ class CompactDataModule(pl.LightningDataModule):
 
     def check_lengths(self) -> None:
         """Sequences longer than ``task.max_len`` are cut only when ``task.truncate`` says so, and then logged."""
-        max_len = int(self.task["max_len"])
+        max_len = self.task.max_len
         for split, data in self.data.items():
             lengths = np.concatenate([np.diff(v) for k, v in data.extra.items() if k.startswith("offsets")]
                                      + [data.lengths])  # every document of a pair task too
             cut = int((lengths > max_len).sum())
             if not cut:
                 continue
-            if not self.task["truncate"]:
+            if not self.task.truncate:
                 raise UserError(f"task.max_len={max_len} is shorter than {cut} of the {lengths.size} {split} "
                                 f"sequences (up to {int(lengths.max())} tokens): they would be cut without a word. "
                                 f"Raise task.max_len to {int(lengths.max())}, or add ++task.truncate=true to cut them")
@@ -180,7 +184,7 @@ class CompactDataModule(pl.LightningDataModule):
         for name, offsets in data.extra.items():
             if name.startswith("offsets"):
                 lengths = np.maximum(lengths, np.diff(offsets))
-        return np.minimum(lengths, self.task["max_len"])
+        return np.minimum(lengths, self.task.max_len)
 
     def eval_order(self, split: str) -> list[int]:
         """Examples of ``split`` longest first (ties in file order): each evaluation batch then pads only to
@@ -188,17 +192,16 @@ class CompactDataModule(pl.LightningDataModule):
         return np.argsort(-self.padded_lengths(split), kind="stable").tolist()
 
     def train_batch_size(self) -> int:
-        """Examples in one training micro-batch of this process (``lra.settings.micro_batch_size``): under DDP
-        rank r takes every world-th example of the training order, so the ranks' batches of one step together are
-        the batch one process would take."""
-        return micro_batch_size(self.task, self.shard()[1])
+        """Examples in one training micro-batch of this process (``Run.micro_batch_size_on``): under DDP rank r takes
+        every world-th example of the training order, so the ranks' batches of one step together are the batch one
+        process would take."""
+        return self.run.micro_batch_size_on(self.shard()[1])
 
     def _loader(self, split: str, sampler: EpochSampler | list[int] | None = None) -> DataLoader:
-        data = self.task["data"]
-        workers = int(data["num_workers"])
-        batch_size = self.train_batch_size() if split == "train" else eval_batch_size(self.task)
+        workers = self.task.data.num_workers
+        batch_size = self.train_batch_size() if split == "train" else self.run.eval_batch_size
         # an own generator: creating an iterator then never draws from the global RNG (exact resume)
-        generator = torch.Generator().manual_seed(int(self.cfg["seed"]))
+        generator = torch.Generator().manual_seed(self.run.seed)
         return DataLoader(
             self.make_dataset(self.data[split]), batch_size=batch_size, sampler=sampler,
             num_workers=workers, persistent_workers=workers > 0, drop_last=False,
@@ -216,14 +219,14 @@ class CompactDataModule(pl.LightningDataModule):
         self._resume_state = dict(state)
 
     def make_dataset(self, split: CompactSplit) -> Dataset:
-        return SequenceDataset(split, self.task["max_len"])
+        return SequenceDataset(split, self.task.max_len)
 
     def collate(self, items):
-        return pad_batch(items, int(self.task["data"]["pad_multiple"]))
+        return pad_batch(items, self.task.data.pad_multiple)
 
     def shard(self) -> tuple[int, int]:
         """(rank, world size) of this process: (0, 1) without DDP. The data module shards its orders itself
-        (Lightning's sampler wrapping is off: ``lra.settings.trainer_arguments``), so a DDP run resumes exactly."""
+        (Lightning's sampler wrapping is off: ``Run.trainer_arguments``), so a DDP run resumes exactly."""
         if self.trainer is None:
             return 0, 1
         return int(self.trainer.global_rank), int(self.trainer.world_size)
@@ -231,15 +234,15 @@ class CompactDataModule(pl.LightningDataModule):
     def train_sampler(self) -> EpochSampler:
         """The training order of ``task.batching``: ``random`` (the protocol) or ``length_grouped`` (batches of
         similar lengths from pools of ``task.batching_pool`` batches; ``lra.sampling``), this rank's share."""
-        micro = int(self.task["micro_batches"])  # parts of a batch: every batch whole, so steps align
-        seed, whole = int(self.cfg["seed"]), self.task["batch_size"] if micro > 1 else 1
+        micro = self.task.micro_batches  # parts of a batch: every batch whole, so steps align
+        seed, whole = self.run.seed, self.task.batch_size if micro > 1 else 1
         rank, world = self.shard()
         if len(self.data["train"]) < world:
             raise UserError(f"the training split has {len(self.data['train'])} examples, fewer than the {world} "
                             "processes: run on fewer (trainer.devices) or generate a larger split")
-        if self.task["batching"] == "length_grouped":
-            return LengthGroupedSampler(self.padded_lengths("train"), seed, self.task["batch_size"],
-                                        int(self.task["batching_pool"]), whole=whole, rank=rank, world=world)
+        if self.task.batching == "length_grouped":
+            return LengthGroupedSampler(self.padded_lengths("train"), seed, self.task.batch_size,
+                                        self.task.batching_pool, whole=whole, rank=rank, world=world)
         return EpochSampler(len(self.data["train"]), seed, whole=whole, rank=rank, world=world)
 
     def train_dataloader(self) -> DataLoader:
@@ -265,19 +268,19 @@ class CompactDataModule(pl.LightningDataModule):
         return order[rank::world]
 
     @classmethod
-    def example_batch(cls, task: dict[str, Any], batch_size: int, vocab_size: int,
+    def example_batch(cls, task: Task, batch_size: int, vocab_size: int,
                       generator: torch.Generator) -> dict[str, torch.Tensor]:
         """A batch laid out as this task's, at full length without padding: random ids in ``[1, vocab_size)`` and
         labels (benchmarks time steps on it without data)."""
         length = cls.example_length(task)
         tokens = torch.randint(1, vocab_size, (batch_size, length), generator=generator)
         return {"tokens": tokens, "lengths": torch.full((batch_size,), length),
-                "labels": torch.randint(0, int(task["num_classes"]), (batch_size,), generator=generator)}
+                "labels": torch.randint(0, task.num_classes, (batch_size,), generator=generator)}
 
     @classmethod
-    def example_length(cls, task: dict[str, Any]) -> int:
+    def example_length(cls, task: Task) -> int:
         """Tokens of a full-length example: ``task.max_len``."""
-        return int(task["max_len"])
+        return task.max_len
 
 
 class GeneratedDataModule(CompactDataModule):
@@ -290,7 +293,7 @@ class GeneratedDataModule(CompactDataModule):
     """
 
     def generate_options(self) -> dict:
-        return dict(self.task["data"]["generate"])
+        return self.task.data.generate
 
     def generate(self) -> None:
         raise NotImplementedError
@@ -304,6 +307,15 @@ class GeneratedDataModule(CompactDataModule):
             if "import" not in manifest["source"] and (message := self.stale_data_message(manifest)):
                 raise UserError(message)
             return
-        log.info("%s data not found under %s; generating it now (%s)", self.task["name"], self.task_dir,
-                 self.rebuild_command())
+        task = self.task.name
+        if (official := official_root(self.root)) is not None:  # generated data never lands among official splits
+            inside = "" if official == self.root else f", inside {official}"
+            raise UserError(f"no {task} data under {self.task_dir}{inside}: a folder of the LRA release's official "
+                            f"splits (python -m data_prep fetch), where no data is generated. Fetch this task's with: "
+                            f"{fetch_command(task, official.parent)} and run with data_dir={official} (no "
+                            f"experiment=quick, whose data_dir/quick holds generated data), or set data_dir to "
+                            f"generated data")
+        log.info("%s data not found under %s; generating it now (%s; the release's official split instead: %s, "
+                 "then data_dir=%s)", task, self.task_dir, self.rebuild_command(),
+                 fetch_command(task, self.root), self.root / OFFICIAL_DIR)
         self.generate()

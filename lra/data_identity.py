@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from data_prep.compact import manifest_path
 
 from .identity import digest
 
+if TYPE_CHECKING:
+    from .settings import Run
+
 CHECKPOINT_KEY = "data"  # where a checkpoint keeps it (written by lra.module.ClassificationModule)
 
 
-def task_data_dir(cfg: dict[str, Any]) -> Path:
+def task_data_dir(run: Run) -> Path:
     """``<task.data.root>/<task.name>``: the folder a run's data module reads (``lra.data.CompactDataModule``)."""
-    return Path(cfg["task"]["data"]["root"]) / cfg["task"]["name"]
+    return Path(run.task.data.root) / run.task.name
 
 
 def data_identity(task_dir: Path) -> dict[str, Any] | None:

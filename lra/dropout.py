@@ -2,7 +2,7 @@
 
 ``torch.nn.Dropout`` on the CPU fills a float mask with ``bernoulli_`` (one Mersenne-Twister draw and a float
 compare per element, ~8.5 ns) and was ~40% of everything outside attention. Here the masks are
-``attention_zoo._dropout_masks``' (16-bit SFC64 words, seeded by one draw from torch's default generator, so
+``attention_zoo.dropout_masks``' (16-bit SFC64 words, seeded by one draw from torch's default generator, so
 ``seed_everything`` and the RNG state saved in checkpoints make every mask reproducible and resumable, and a
 recomputed block (``torch.utils.checkpoint``) draws the same masks again; the drop rate is within ``2**-17`` of
 ``p``). A mask is applied by multiplying with a float copy holding 0 or ``1 / (1 - p)`` (:func:`keep_factor`;
@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attention_zoo._dropout_masks import (  # noqa: F401 (re-exported: the masks' public home for lra and its tests)
+from attention_zoo.dropout_masks import (  # noqa: F401 (re-exported: the masks' public home for lra and its tests)
     apply_mask,
     drop_threshold,
     effective_p,

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attention_zoo._first_order import first_order_only
+from attention_zoo.first_order import first_order_only
 
 from . import norm_linear
 from .dropout import Dropout, add_masked, apply_mask, keep_factor, keep_mask, keep_scale, uses_cheap_masks

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attention_zoo._first_order import first_order_only
+from attention_zoo.first_order import first_order_only
 
 from .packing import Packing
 

@@ -5,7 +5,8 @@ Importing this module registers the resolver, which ``conf/config.yaml`` uses in
 ``RunHooks`` (registered in ``conf/config.yaml`` as the Hydra callback ``run_hooks``):
 
 - a single run (``python run.py ...``): before Hydra creates the run folder, writes ``.hydra/`` or opens
-  ``run.log``, the settings are checked (a refused command writes nothing), the folder is checked writable,
+  ``run.log``, the settings are parsed into the job's ``lra.settings.Run`` and checked, once (a refused command
+  writes nothing; ``run.py`` takes the ``Run`` from here: ``parsed_run``), the folder is checked writable,
   its ``run.lock`` is taken (so a second command into a busy folder changes nothing in it), a link where
   Hydra writes its log or configs is refused by name, and so is a folder holding a run of other settings
   (``lra.same_run``);
@@ -38,18 +39,19 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
 from lra_base.atomic import LinkRefused, NotWritable, check_writable, refuse_link, write_atomic
 from lra_base.errors import UserError
 from lra_base.lock import LOCK_NAME, run_folder_lock
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from .checks import NAME_KEYS, check_config, check_name, check_names
+from .checks import NAME_KEYS, check_name
 from .config import CONF_DIR
 from .identity import IN_THE_PATH, flatten, where_or_how
 from .overrides import check_added_keys
 from .run_files import bounded_name
 from .same_run import refuse_other_run
-from .settings import complete
+from .settings import Run
 
 RANK_KEYS = ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")  # what launchers set
 FINE = ("completed", "already completed")  # job outcomes a sweep exits 0 with
@@ -57,6 +59,7 @@ _job_status: str | None = None  # the outcome ``run.py`` noted for the job this 
 _locked: set[str] = set()  # run folders whose run.lock a hook of this process holds
 _refusal: str | None = None  # why the hook refused the sweep job this process runs
 _created: dict[str, Callable[[], Any]] = {}  # a single run's folder this command created -> releases its lock
+_parsed: dict[str, Run] = {}  # a run folder this process checked -> the Run of its job (run.py trains it)
 HYDRA_SUBDIR = ".hydra"  # the run folder's copy of Hydra's configs
 
 
@@ -120,14 +123,20 @@ def added_keys_reference(overrides: list[str]) -> tuple[list[str], dict[str, Any
     return added, OmegaConf.to_container(compose(config_name="config", overrides=kept), resolve=False)
 
 
-def check_settings(config: dict[str, Any], task_overrides: list[str]) -> None:
-    """The settings check of a composed run config (``lra.checks``): a UserError naming the problem and the fix.
-    The folder's names first: an override that puts a line break in one no longer parses."""
-    check_names(config)
+def checked_run(config: dict[str, Any], task_overrides: list[str]) -> Run:
+    """The ``Run`` of a composed job config (``Run.parse``: the folder's names first, as an override that puts a line
+    break in one no longer parses), and no key added that nothing reads; else a UserError naming the problem and
+    the fix."""
+    run = Run.parse(config)
     added, reference = added_keys_reference(task_overrides)
     if reference is not None:
         check_added_keys(added, reference)
-    check_config(config)
+    return run
+
+
+def parsed_run(run_dir: Path) -> Run | None:
+    """The ``Run`` this process's hook parsed for the job of ``run_dir`` (None: no hook ran, as in a DDP worker)."""
+    return _parsed.get(os.path.realpath(run_dir))
 
 
 def sweep_names(config: DictConfig) -> list[tuple[str, Any]]:
@@ -147,12 +156,11 @@ def sweep_names(config: DictConfig) -> list[tuple[str, Any]]:
 
 
 def job_config(config: DictConfig) -> dict[str, Any]:
-    """The resolved config the job will get (Hydra's, without its ``hydra`` node; complete, as ``run.py`` makes
-    it)."""
+    """The resolved config the job will get (Hydra's, without its ``hydra`` node), as plain data."""
     job = copy.deepcopy(config)
     with read_write(job), open_dict(job):
         del job["hydra"]
-    return complete(OmegaConf.to_container(job, resolve=True))
+    return OmegaConf.to_container(job, resolve=True)
 
 
 def hydra_files(config: DictConfig) -> list[str]:
@@ -269,11 +277,10 @@ class RunHooks(Callback):
         """Check the job's settings, then take the lock of its run folder (``folder()``, named by those settings;
         held in ``self.lock``) before anything is written there; the refusal's message, or None when the job owns
         the folder now."""
-        job = job_config(config)
         elsewhere = "write this run elsewhere with hydra.run.dir=DIR"
         run_dir = Path()
         try:
-            check_settings(job, list(config.hydra.overrides.task))
+            run = checked_run(job_config(config), list(config.hydra.overrides.task))
             run_dir = folder()
             new = not os.path.lexists(run_dir)
             check_writable(run_dir, elsewhere)
@@ -284,7 +291,8 @@ class RunHooks(Callback):
             self.lock.callback(_locked.discard, os.path.realpath(run_dir))
             for name in hydra_files(config):
                 refuse_link(run_dir / name)
-            refuse_other_run(job, run_dir)  # before .hydra/config.yaml of the run it holds is rewritten
+            refuse_other_run(run, run_dir)  # before .hydra/config.yaml of the run it holds is rewritten
+            _parsed[os.path.realpath(run_dir)] = run
         except (UserError, NotWritable, LinkRefused) as err:
             self.lock.close()
             return str(err)

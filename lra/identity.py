@@ -1,8 +1,10 @@
-"""Which run is this: ``identity(config)``, the settings that change what a run computes, and ``digest``.
+"""Which run is this: the rules behind ``lra.settings.Run``'s ``identity()``, ``digest()`` and ``differences()``,
+the settings that change what a run computes.
 
-Every question "is this the same run?" is answered here: the run folder's name (``lra.hydra_hooks.run_name``), the
-refusal of a resume or a completed folder of other settings (``lra.same_run``), the protocol check of ``results``,
-the analyses' reuse-or-train (``analyses._runs``), the microscope's model cache and the analyses' finished cells.
+Every question "is this the same run?" is answered by those methods, or here by the same rules: the run folder's
+name (``lra.hydra_hooks.run_name``, from the command line's keys), the refusal of a resume or a completed folder of
+other settings (``lra.same_run``), the protocol check of ``results``, the analyses' reuse-or-train
+(``analyses._runs``), the microscope's model cache and the analyses' finished cells.
 
 A setting belongs to the identity unless ``WHERE_OR_HOW`` lists it (or a section above it): where the data and the
 outputs live, how fast a run loads, evaluates or recomputes, on which devices it runs and what it prints. In how
@@ -18,8 +20,6 @@ import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
-
-from .settings import complete
 
 # dotted keys (and the sections under them) that say where or how a run runs, not what it computes
 WHERE_OR_HOW = (
@@ -61,11 +61,10 @@ def flatten(node: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def identity(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The settings of a resolved run config that change what it computes, as ``{"task.optim.lr": 0.001, ...}``
-    sorted by key: everything but ``WHERE_OR_HOW``, null values and ``ABSENT_AT``'s, an optional setting left out
-    counting as its default (``lra.settings.complete``)."""
-    flat = flatten(complete(dict(config)))
+def settings_identity(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of a complete run config that change what it computes, as ``{"task.optim.lr": 0.001, ...}``
+    sorted by key: everything but ``WHERE_OR_HOW``, null values and ``ABSENT_AT``'s (``lra.settings.Run.identity``)."""
+    flat = flatten(config)
     return {key: flat[key] for key in sorted(flat) if counts(key, flat[key])}
 
 
@@ -80,24 +79,22 @@ def digest(value: Any, length: int = DIGEST_LENGTH) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:length]
 
 
-def identity_digest(config: Mapping[str, Any]) -> str:
-    """``digest(identity(config))``: two configs with one digest compute the same run."""
-    return digest(identity(config))
-
-
-def differences(before: Mapping[str, Any], after: Mapping[str, Any],
-                implicit: Mapping[str, Any] | None = None) -> list[tuple[str, Any, Any]]:
-    """``(key, before's value, after's value)`` for every identity setting where two configs differ, by key;
-    ``ABSENT`` for a missing one. ``implicit``: settings added to ``conf/`` after ``before`` was written, with
-    the value it used without naming it (default ``lra.record_compat.IMPLICIT``)."""
-    if implicit is None:
-        from .record_compat import IMPLICIT as implicit
-    old, new = {**implicit, **identity(before)}, {**implicit, **identity(after)}
+def compare(first: Mapping[str, Any], second: Mapping[str, Any],
+            implicit: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(key, first's value, second's value)`` for every key where two identities differ, by key; ``ABSENT`` for a
+    missing one. ``implicit``: settings added to ``conf/`` after one of them was written, with the value it used
+    without naming it (``lra.record_compat.IMPLICIT``), on both sides (``lra.settings.Run.differences``)."""
+    old, new = {**implicit, **first}, {**implicit, **second}
     pairs = [(key, old.get(key, ABSENT), new.get(key, ABSENT)) for key in sorted(old.keys() | new.keys())]
     return [(key, a, b) for key, a, b in pairs if a != b]
 
 
 def describe(changes: list[tuple[str, Any, Any]], shown: int = 10) -> str:
     """``"task.optim.lr: 0.001 -> 0.05; model.dim: 64 -> 32"``, the first ``shown`` of them and a count."""
-    text = "; ".join(f"{key}: {a} -> {b}" for key, a, b in changes[:shown])
-    return text + (f"; and {len(changes) - shown} more" if len(changes) > shown else "")
+    return joined([f"{key}: {a} -> {b}" for key, a, b in changes], shown)
+
+
+def joined(lines: list[str], shown: int) -> str:
+    """The first ``shown`` of ``lines`` joined by ``"; "``, and how many more there are."""
+    text = "; ".join(lines[:shown])
+    return text + (f"; and {len(lines) - shown} more" if len(lines) > shown else "")

@@ -14,10 +14,11 @@ import csv
 import io
 from pathlib import Path
 
-from lra_base.atomic import atomic_output, read_regular
 from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 from pytorch_lightning.loggers.logger import rank_zero_experiment
+
+from lra_base.atomic import atomic_output, read_regular
 
 
 def step_of(row: dict) -> float:

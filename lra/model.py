@@ -7,6 +7,7 @@ blocks (attention + GELU FFN), a final LayerNorm, mean pooling over real tokens 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import get_args
 
 import torch
 from torch import Tensor, nn
@@ -14,13 +15,13 @@ from torch.utils.checkpoint import checkpoint
 
 from attention_zoo import extra_inputs
 
-from .checks import POOLINGS
 from .dropout import Dropout
 from .feedforward import FeedForward
 from .heads import pack_heads, split_heads
 from .norm_linear import norm_linear
 from .packing import Packing
 from .residual import linear_dropout_add
+from .settings import Pooling
 from .short_conv import ShortConv
 
 
@@ -96,8 +97,8 @@ class Encoder(nn.Module):
                  embed_init_std: float | None = None, short_conv: int | None = None, causal: bool = False):
         super().__init__()
         self.checkpoint_blocks = checkpoint_blocks
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+        if pooling not in get_args(Pooling):
+            raise ValueError(f"pooling must be one of {', '.join(get_args(Pooling))}, got {pooling!r}")
         self.pooling, self.max_len = pooling, max_len
         self.tokens = nn.Embedding(vocab_size, dim)
         self.positions = nn.Embedding(max_len + (pooling == "cls"), dim)

@@ -3,83 +3,75 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
 from types import ModuleType
 from typing import Any
 
-import attention_zoo
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
-from lra_base.errors import UserError
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
+import attention_zoo
+from lra_base.errors import UserError
+
 from . import rng_state
-from .attention_options import check_type
 from .data_identity import CHECKPOINT_KEY
 from .machine import describe
 from .model import ClassifierHead, Encoder
 from .optimizer import adamw
-from .schedules import lr_multiplier, scheduler
+from .schedules import scheduler
+from .settings import Model, Run
 
 
-def attention_factory(cfg: dict[str, Any], max_len: int, zoo: ModuleType = attention_zoo):
-    """A builder ``make(layer=0)`` of the configured attention from ``zoo`` (``attention_zoo``, or another version
-    of it: ``benchmarks.attention_versions``); bad names/options become ``UserError``.
-
-    The options are checked by one build on the meta device (shapes only), so the real modules are built
-    once per layer and the initial weights do not depend on how often the config was checked.
+def attention_factory(run: Run, zoo: ModuleType = attention_zoo) -> Callable[[int], nn.Module]:
+    """A builder ``make(layer=0)`` of the run's attention from ``zoo`` (``attention_zoo``, or another version of it:
+    ``benchmarks.attention_versions``), its options as ``Run.parse`` checked them against the registry's.
 
     Mechanisms with a ``seed`` option (fixed random features) get a distinct seed per layer and per run
     seed, as PolySketchFormer folds the layer index into its sketch key. ``task.causal: true`` makes the
     attention causal. ``model.attention_dropout`` (LRA's ``attention_dropout_rate``) goes to the mechanisms
     that have attention weights to drop (a ``dropout`` option); the others have none and ignore it.
     """
-    opts = dict(cfg["attention"])
-    name = opts.pop("name")
-    if cfg["task"]["causal"]:  # token-level tasks that predict from the past only (ar)
-        opts["causal"] = True
-    model = cfg["model"]
-    known = name in zoo.available()
-    if model["attention_dropout"] and known and "dropout" in zoo.options(name):
-        opts["dropout"] = float(model["attention_dropout"])
-    seeded = "seed" in zoo.options(name) if known else False
-    base_seed = int(opts.pop("seed", 0)) if seeded else 0
+    name, options, model = run.attention.name, dict(run.attention.options), run.model
+    declared = zoo.options(name) if name in zoo.available() else {}
+    if run.task.causal:  # token-level tasks that predict from the past only (ar)
+        options["causal"] = True
+    if model.attention_dropout and "dropout" in declared:
+        options["dropout"] = float(model.attention_dropout)
+    seeded = "seed" in declared
+    base_seed = int(options.pop("seed", 0)) if seeded else 0
+    head_dim = (model.qkv_dim or model.dim) // model.heads
 
     def make(layer: int = 0) -> nn.Module:
-        extra = {"seed": base_seed + 1000 * int(cfg["seed"]) + layer} if seeded else {}
-        head_dim = (model["qkv_dim"] or model["dim"]) // model["heads"]
-        return zoo.build(name, head_dim=head_dim, num_heads=model["heads"], max_len=max_len, **opts, **extra)
+        extra = {"seed": base_seed + 1000 * run.seed + layer} if seeded else {}
+        return zoo.build(name, head_dim=head_dim, num_heads=model.heads, max_len=run.task.max_len, **options, **extra)
 
-    if known:
-        check_option_types(name, opts, zoo)
-    try:
-        with torch.device("meta"):  # a check without weights: it draws nothing from torch's RNG
-            make()
-    except (ValueError, TypeError) as err:
-        raise UserError(f"attention={name}: {err}") from None
     return make
 
 
-def check_option_types(name: str, opts: dict[str, Any], zoo: ModuleType = attention_zoo) -> None:
-    """An option whose value is not of its default's type (``features=abc``) is a ``UserError`` naming the key
-    (``lra.attention_options.check_type``, the check run.py makes before torch loads)."""
-    defaults = zoo.options(name)
-    for key, value in opts.items():
-        check_type(name, key, value, defaults.get(key))
+def check_attention_builds(run: Run, zoo: ModuleType = attention_zoo) -> None:
+    """What only the constructor knows (an unknown name, a combination of options, ``causal`` where the mechanism
+    has no causal form) as a ``UserError``, from one build on the meta device: shapes only, no draw from torch's RNG,
+    so the initial weights do not depend on it. ``lra.build`` makes it before any data work."""
+    try:
+        with torch.device("meta"):
+            attention_factory(run, zoo)()
+    except (ValueError, TypeError) as err:
+        raise UserError(f"attention={run.attention.name}: {err}") from None
 
 
-def build_encoder(cfg: dict[str, Any], vocab_size: int, pooling: str | None = None) -> Encoder:
-    """The backbone from ``cfg['model']``, ``cfg['attention']`` and ``cfg['task']['max_len']``; ``pooling``, when
-    given, replaces ``model.pooling`` (a task that reads out every position)."""
-    model, max_len = cfg["model"], cfg["task"]["max_len"]
-    return Encoder(vocab_size=vocab_size, max_len=max_len, dim=model["dim"], depth=model["depth"],
-                   num_heads=model["heads"], ffn_dim=model["ffn_dim"], dropout=model["dropout"],
-                   make_attention=attention_factory(cfg, max_len), pooling=pooling or model["pooling"],
-                   qkv_dim=model["qkv_dim"], checkpoint_blocks=model["checkpoint_blocks"],
-                   embed_init_std=model["embed_init_std"], short_conv=model["short_conv"],
-                   causal=cfg["task"]["causal"])
+def build_encoder(run: Run, vocab_size: int, pooling: str | None = None) -> Encoder:
+    """The backbone of ``run.model``, ``run.attention`` and ``run.task.max_len``; ``pooling``, when given, replaces
+    ``model.pooling`` (a task that reads out every position)."""
+    model = run.model
+    return Encoder(vocab_size=vocab_size, max_len=run.task.max_len, dim=model.dim, depth=model.depth,
+                   num_heads=model.heads, ffn_dim=model.ffn_dim, dropout=model.dropout,
+                   make_attention=attention_factory(run), pooling=pooling or model.pooling, qkv_dim=model.qkv_dim,
+                   checkpoint_blocks=model.checkpoint_blocks, embed_init_std=model.embed_init_std,
+                   short_conv=model.short_conv, causal=run.task.causal)
 
 
 class ClassificationModule(pl.LightningModule):
@@ -93,16 +85,14 @@ class ClassificationModule(pl.LightningModule):
     # composed config, which a resume compares against (lra.same_run)
     fixed_pooling: str | None = None
 
-    def __init__(self, cfg: dict[str, Any], vocab_size: int, num_classes: int):
+    def __init__(self, run: Run, vocab_size: int, num_classes: int):
         super().__init__()
-        self.save_hyperparameters({"cfg": cfg, "vocab_size": vocab_size, "num_classes": num_classes})
-        self.cfg = cfg
-        try:
-            lr_multiplier(cfg["task"]["optim"], int(cfg["task"]["max_steps"]))
-        except ValueError as err:
-            raise UserError(str(err)) from None
-        self.encoder = build_encoder(cfg, vocab_size, self.fixed_pooling)
-        self.head = self.build_head(cfg["model"], num_classes)
+        # checkpoints keep the settings as plain data (torch.load's weights_only reads them); lra.record_compat.upgrade
+        # turns them back into a Run
+        self.save_hyperparameters({"cfg": run.config(), "vocab_size": vocab_size, "num_classes": num_classes})
+        self.run = run
+        self.encoder = build_encoder(run, vocab_size, self.fixed_pooling)
+        self.head = self.build_head(run.model, num_classes)
         metric = partial(MulticlassAccuracy, num_classes=num_classes, average="micro")
         self.train_acc, self.val_acc, self.test_acc = metric(), metric(), metric()
         self.train_tokens = 0  # real (unpadded) training tokens over every segment of the run
@@ -110,8 +100,8 @@ class ClassificationModule(pl.LightningModule):
         self.segments: list[dict[str, Any]] = []  # each segment's first step and machine (lra.machine)
         self._segment_start: float | None = None
 
-    def build_head(self, model: dict[str, Any], num_classes: int) -> nn.Module:
-        return ClassifierHead(model["dim"], model["ffn_dim"], num_classes)
+    def build_head(self, model: Model, num_classes: int) -> nn.Module:
+        return ClassifierHead(model.dim, model.ffn_dim, num_classes)
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         return self.head(self.encoder(batch["tokens"], batch["lengths"]))
@@ -186,8 +176,8 @@ class ClassificationModule(pl.LightningModule):
         self.segments = list(progress.get("segments", []))
 
     def configure_optimizers(self):
-        optim = self.cfg["task"]["optim"]
-        total = self.trainer.max_steps if self.trainer.max_steps > 0 else optim["warmup_steps"] + 1
+        optim = self.run.task.optim
+        total = self.trainer.max_steps if self.trainer.max_steps > 0 else optim.warmup_steps + 1
         optimizer = adamw(self.parameters(), optim)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler(optimizer, optim, total),
                                                          "interval": "step"}}

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attention_zoo._first_order import first_order_only
+from attention_zoo.first_order import first_order_only
 
 
 def forward(x: Tensor, ln_w: Tensor, ln_b: Tensor, w: Tensor, b: Tensor, eps: float):

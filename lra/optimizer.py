@@ -12,14 +12,15 @@ from typing import Any
 
 import torch
 
+from .settings import Optim
 
-def adamw(parameters: Iterable[torch.nn.Parameter], optim: dict[str, Any] | None = None, **settings: Any) \
-        -> torch.optim.AdamW:
+
+def adamw(parameters: Iterable[torch.nn.Parameter], optim: Optim | None = None, **settings: Any) -> torch.optim.AdamW:
     """``torch.optim.AdamW`` with ``task.optim``'s lr, betas, eps and weight decay (or torch's defaults), any
     ``settings`` over them; ``fused`` when every parameter is on the CPU."""
     params = list(parameters)
-    kwargs = {} if optim is None else {"lr": optim["lr"], "betas": tuple(optim["betas"]), "eps": optim["eps"],
-                                       "weight_decay": optim["weight_decay"]}
+    kwargs = {} if optim is None else {"lr": optim.lr, "betas": tuple(optim.betas), "eps": optim.eps,
+                                       "weight_decay": optim.weight_decay}
     kwargs |= settings
     fused = True if params and all(p.device.type == "cpu" for p in params) else None
     return torch.optim.AdamW(params, fused=fused, **kwargs)

@@ -19,10 +19,11 @@ from typing import Any
 from lra_base.errors import UserError
 
 from .config import CONF_DIR, compose
-from .settings import optional_keys
+from .setting_rules import optional_keys
+from .settings import Run
 
 # keys with a default in the schema (lra.settings): a config may lack them, so `+task.<key>=...` may add them
-OPTIONAL_KEYS = optional_keys()
+OPTIONAL_KEYS = optional_keys(Run)
 # a preset of conf/hydra/ -> (the plugin module it needs, the pip extra that installs it)
 PLUGIN_PRESETS = {
     "hydra/sweeper=optuna": ("hydra_plugins.hydra_optuna_sweeper", "optuna"),

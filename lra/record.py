@@ -12,9 +12,12 @@ import subprocess
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from lra_base.atomic import atomic_output, read_regular
+
+if TYPE_CHECKING:
+    from .settings import Run
 
 PACKAGES = ("torch", "pytorch-lightning", "hydra-core", "omegaconf", "torchmetrics", "numpy", "pandas")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -24,7 +27,7 @@ DEFAULT_TAG = "default"  # ``tag`` of a run of no experiment (conf/config.yaml)
 INTERRUPTED = "interrupted"  # ``status`` of a run stopped with its last.ckpt saved: rerunning it resumes it
 
 
-class RunIdentity(TypedDict):
+class RequiredFields(TypedDict):
     """The fields without which a run record is refused (``results.collect`` lists it as malformed)."""
 
     task: str
@@ -33,7 +36,7 @@ class RunIdentity(TypedDict):
     status: str  # completed, failed, diverged or interrupted
 
 
-class RunRecord(RunIdentity, total=False):
+class RunRecord(RequiredFields, total=False):
     """A training run's ``result.json`` (``lra.train``); ``metrics`` are fractions of the best-validation
     checkpoint: ``val_acc``, ``test_acc``, ``test_loss`` and the test set's ``majority_acc``."""
 
@@ -78,19 +81,19 @@ class AnalysisRecord(TypedDict, total=False):
     finished_at: str
 
 
-REQUIRED_FIELDS = tuple(RunIdentity.__annotations__)  # in declaration order, for messages
+REQUIRED_FIELDS = tuple(RequiredFields.__annotations__)  # in declaration order, for messages
 
 
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def new_record(cfg: dict[str, Any], run_dir: Path) -> RunRecord:
+def new_record(run: Run, run_dir: Path) -> RunRecord:
     """The fields a run's record has from its start; ``status`` is ``failed`` until the run says otherwise."""
     return {
-        "task": cfg["task"]["name"], "attention": cfg["attention"]["name"], "seed": cfg["seed"],
-        "tag": cfg.get("tag"), "experiment": cfg.get("experiment"),  # null: no experiment, the repo defaults
-        "status": "failed", "error": None, "metrics": {}, "config": cfg,
+        "task": run.task.name, "attention": run.attention.name, "seed": run.seed,
+        "tag": run.tag, "experiment": run.experiment,  # null: no experiment, the repo defaults
+        "status": "failed", "error": None, "metrics": {}, "config": run.config(),
         "git_sha": git_sha(PROJECT_ROOT), "versions": package_versions(), "run_dir": str(run_dir),
         "started_at": now(),
     }

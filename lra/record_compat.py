@@ -5,29 +5,66 @@ Today's layouts are declared in ``lra.record`` (``result.json``), ``data_prep.co
 holds one fixture per layout):
 
 - settings added to ``conf/`` after runs were recorded: ``IMPLICIT`` holds the value those runs used without
-  naming it. A record or checkpoint that lacks one of these keys ran with that value: the protocol check of
-  ``results`` and the run-identity comparison (``lra.identity.differences``) read it so, and a setting added
-  later gets its line here, with the value that reproduces the runs before it;
+  naming it. A record or checkpoint that lacks one of these keys ran with that value: ``upgrade`` turns its config
+  into today's ``lra.settings.Run`` with it, the run-identity comparison (``Run.differences``) and the protocol
+  check of ``results`` read it so, and a setting added later gets its line here, with the value that reproduces
+  the runs before it;
 - generator options added after data folders were made: a ``manifest.json`` (or a config) without one was made
   with its ``IMPLICIT`` value (``with_implicit``);
 - records before the ``experiment`` field (before 56f4925): the tag named the experiment (``recorded_experiment``
   says a record is one, ``experiment_for`` finds its experiment);
-- the command spelling ``experiment=<name>/<task>`` (``old_experiment_spelling`` says how to write it now).
+- the command spelling ``experiment=<name>/<task>`` (``old_experiment_spelling`` says how to write it now);
+- interrupted records before they kept the time of their earlier segments (no ``earlier_segments_s``): they timed
+  their last segment only (``whole_run_time``);
+- segments backfilled for records from before segments say ``unknown`` for what was not recorded (``known``);
+- checkpoints of one process by code before every rank's random state was kept (``saved_rng_states``);
+- benchmark CSVs written before a column was recorded (``has_column``: ``benchmarks.threads``'s ``choices``).
 
-Standard library only: ``run.py`` reads the old spelling before Hydra and torch load.
+No torch: ``run.py`` reads the old spelling before Hydra and torch load, and a folder's record before its checkpoint.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import copy
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .record import DEFAULT_TAG
+from .record import DEFAULT_TAG, INTERRUPTED
+from .setting_rules import schema_fields, section_schema
+from .settings import Run
 
 IMPLICIT = {"task.optim.schedule": "linear", "model.attention_dropout": 0.0,
             "task.data.generate.contour_length": 14, "task.data.generate.close_brackets": True,
-            "task.batching": "random", "task.batching_pool": 50, "task.micro_batches": 1}
+            "task.batching": "random", "task.batching_pool": 50, "task.micro_batches": 1,
+            "flush_subnormals": False}
+
+
+def upgrade(config: Mapping[str, Any]) -> Run:
+    """Today's ``Run`` of a config that a record or checkpoint kept, of any age: a setting of the schema that it lacks
+    takes the value it ran with (``IMPLICIT``), or its default (``Run.read``). Not checked: the run happened. The
+    generator options of a data folder are the data modules' to read (``with_implicit``)."""
+    filled = copy.deepcopy(dict(config))
+    for key, value in IMPLICIT.items():
+        *sections, name = key.split(".")
+        node: Any = filled
+        for part in sections:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and name not in node and in_schema(key):
+            node[name] = value
+    return Run.read(filled)
+
+
+def in_schema(key: str) -> bool:
+    """Whether the dotted ``key`` is a setting ``lra.settings`` declares (not a task's or generator's own key)."""
+    *sections, name = key.split(".")
+    schema: type | None = Run
+    for part in sections:
+        declared = schema_fields(schema).get(part)
+        schema = section_schema(declared[1]) if declared else None
+        if schema is None:
+            return False
+    return name in schema_fields(schema)
 
 
 def with_implicit(settings: dict[str, Any], section: str) -> dict[str, Any]:
@@ -78,3 +115,32 @@ def old_experiment_spelling(argv: Iterable[str]) -> str | None:
         return (f"{arg}: name the experiment and the task apart: experiment={','.join(names)} "
                 f"task={','.join(tasks)} (conf/experiment/README.md lists the experiments)")
     return None
+
+
+def whole_run_time(record: Mapping[str, Any]) -> float | None:
+    """``wall_time_s``, except for an interrupted record from before such records kept the time of their earlier
+    segments (no ``earlier_segments_s``): it timed its last segment only."""
+    timed_whole = record.get("status") != INTERRUPTED or "earlier_segments_s" in record
+    return record.get("wall_time_s") if timed_whole else None
+
+
+BACKFILLED = "unknown"  # what a backfilled segment says of what its run did not record (docs/design.md, section 7)
+
+
+def known(value: Any) -> bool:
+    """Whether a segment's value was recorded: neither absent nor ``BACKFILLED``."""
+    return value is not None and value != BACKFILLED
+
+
+def saved_rng_states(checkpoint: Mapping[str, Any]) -> Any:
+    """Every rank's saved torch RNG state (a tensor, one row a rank), or None: a checkpoint of one process by older
+    code kept its one state as ``torch_rng_state``."""
+    states = checkpoint.get("torch_rng_states")
+    if states is None and "torch_rng_state" in checkpoint:
+        states = checkpoint["torch_rng_state"][None]
+    return states
+
+
+def has_column(frame: Any, column: str) -> bool:
+    """Whether a benchmark CSV (a pandas frame) has ``column``: one written before it was recorded lacks it."""
+    return column in frame

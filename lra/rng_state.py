@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .record_compat import saved_rng_states
+
 log = logging.getLogger(__name__)
 
 GOLDEN = 0x9E3779B9  # rank offsets between seeds: distinct streams for any number of ranks
@@ -47,9 +49,7 @@ def add_to(checkpoint: dict[str, Any], module) -> None:
 def restore(checkpoint: dict[str, Any], rank: int, world: int) -> None:
     """Set this process's generators from ``checkpoint``: exactly where it was saved by as many processes;
     saved by another number, rank zero's state then a stream of each rank's own drawn from it (a warning)."""
-    states = checkpoint.get("torch_rng_states")
-    if states is None and "torch_rng_state" in checkpoint:
-        states = checkpoint["torch_rng_state"][None]  # a checkpoint of one process by older code
+    states = saved_rng_states(checkpoint)
     if states is None:
         return
     cuda = checkpoint.get("cuda_rng_states")

@@ -13,7 +13,8 @@ import os
 import re
 from pathlib import Path
 
-COMMITTED_RUNS = Path(__file__).resolve().parents[1] / "results" / "runs"
+COMMITTED_RUNS_NAME = "results/runs"  # the committed records, below the repository (as the tables name their paths)
+COMMITTED_RUNS = Path(__file__).resolve().parents[1] / COMMITTED_RUNS_NAME
 METRICS_NAMES = ("csv/metrics.csv", "metrics.csv")  # a run folder (Lightning's CSVLogger), an archived run
 SET_ASIDE = "replaced"  # rerun=true moves a finished run's outputs to <run folder>/replaced/<time>/ (lra.train)
 

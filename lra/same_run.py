@@ -2,9 +2,10 @@
 
 A folder holds a run through its completed ``result.json`` (its ``config``) or, while unfinished, its
 ``checkpoints/last.ckpt`` (the config the LightningModule saved as hyper-parameters, read with
-``weights_only=True``). The two are compared by ``lra.identity.differences``: a resume under another learning
-rate, model size or trainer limit, and a completed record answered for other settings (``tag=quick`` without
-``experiment=quick``), become one error naming the differing keys and the two ways out. Checkpoints and records
+``weights_only=True``), made today's ``Run`` by ``lra.record_compat.upgrade``. The two are compared by
+``Run.differences``: a resume under another learning rate, model size or trainer limit, and a completed record
+answered for other settings (``tag=quick`` without ``experiment=quick``), become one error naming the differing keys
+and the two ways out. Checkpoints and records
 written before a setting existed compare with the value they used implicitly (``lra.record_compat.IMPLICIT``).
 The data counts too, though ``data_dir`` does not: a folder's checkpoint and record keep the checksums of the split
 files it trained on (``lra.data_identity``), and a command whose data folder holds other examples is refused the
@@ -21,8 +22,10 @@ from typing import Any
 from lra_base.errors import UserError
 
 from .data_identity import data_identity, describe_data, other_data, task_data_dir
-from .identity import describe, differences
+from .identity import describe
 from .record import RECORD_NAME, completed_record
+from .record_compat import upgrade
+from .settings import Run
 
 LAST = Path("checkpoints") / "last.ckpt"
 DATA = "data"  # the key of a data change among the settings' (``changes_from``)
@@ -69,11 +72,11 @@ def readable_record(run_dir: Path) -> dict[str, Any] | None:
                         f"(mv {path} {path}.bad) or give this run another folder (hydra.run.dir=DIR)") from None
 
 
-def current_data(cfg: dict[str, Any]) -> dict[str, Any] | None:
-    """The identity of the data ``cfg`` points at, when it is prepared (``lra.data_identity``)."""
+def current_data(run: Run) -> dict[str, Any] | None:
+    """The identity of the data ``run`` points at, when it is prepared (``lra.data_identity``)."""
     try:
-        return data_identity(task_data_dir(cfg))
-    except (KeyError, TypeError):  # a config without a data root: nothing to compare
+        return data_identity(task_data_dir(run))
+    except (AttributeError, TypeError):  # a run without a data root: nothing to compare
         return None
 
 
@@ -82,18 +85,18 @@ def data_change(trained: Any, now: Any) -> list[tuple[str, Any, Any]]:
     return [(DATA, describe_data(trained), describe_data(now))] if other_data(trained, now) else []
 
 
-def changes_from(held: HeldRun | None, cfg: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """How ``cfg`` differs from the held run: its settings (none for an empty folder or a checkpoint without a
+def changes_from(held: HeldRun | None, run: Run) -> list[tuple[str, Any, Any]]:
+    """How ``run`` differs from the held run: its settings (none for an empty folder or a checkpoint without a
     saved config), then its data (``DATA``: when both are known and hold other examples)."""
     if held is None:
         return []
-    settings = [] if held.config is None else differences(held.config, cfg)
-    return settings + data_change(held.data, current_data(cfg))
+    settings = [] if held.config is None else upgrade(held.config).differences(run)
+    return settings + data_change(held.data, current_data(run))
 
 
-def other_run_message(run_dir: Path, held: HeldRun, changes: list[tuple[str, Any, Any]],
-                      cfg: dict[str, Any] | None = None) -> str:
-    """What the folder holds, how ``cfg`` differs from it (``key: its value -> this one``), and the ways out."""
+def other_run_message(run_dir: Path, held: HeldRun, changes: list[tuple[str, Any, Any]], run: Run | None = None) \
+        -> str:
+    """What the folder holds, how ``run`` differs from it (``key: its value -> this one``), and the ways out."""
     where = held.source.relative_to(run_dir)
     other = other_what(changes)
     if held.completed:
@@ -101,7 +104,7 @@ def other_run_message(run_dir: Path, held: HeldRun, changes: list[tuple[str, Any
     else:
         what = f"an unfinished run of {other} ({where}, step {held.step})"
         own = f"rerun it with its own {resume_with(changes, held)} to resume it; "
-    experiments = (held.config or {}).get("experiment"), (cfg or {}).get("experiment")
+    experiments = (held.config or {}).get("experiment"), run.experiment if run is not None else None
     hint = ""
     if experiments[0] != experiments[1]:
         hint = (f" (it ran experiment={experiments[0] or 'none'}; this command has experiment="
@@ -127,18 +130,18 @@ def resume_with(changes: list[tuple[str, Any, Any]], held: HeldRun) -> str:
     return data if len(changes) == 1 else f"settings and {data}"
 
 
-def refuse_other_data(cfg: dict[str, Any], run_dir: Path, held: HeldRun, now: dict[str, Any] | None) -> None:
-    """A UserError when the data ``cfg`` reads (``now``, just prepared) holds other examples than ``held`` trained
+def refuse_other_data(run: Run, run_dir: Path, held: HeldRun, now: dict[str, Any] | None) -> None:
+    """A UserError when the data ``run`` reads (``now``, just prepared) holds other examples than ``held`` trained
     on: the check of ``refuse_other_run`` for data that was not there yet when it ran."""
     if changes := data_change(held.data, now):
-        raise UserError(other_run_message(Path(run_dir), held, changes, cfg))
+        raise UserError(other_run_message(Path(run_dir), held, changes, run))
 
 
-def refuse_other_run(cfg: dict[str, Any], run_dir: Path) -> HeldRun | None:
-    """The run ``run_dir`` holds; a UserError when its settings differ from ``cfg`` and ``cfg`` does not say
+def refuse_other_run(run: Run, run_dir: Path) -> HeldRun | None:
+    """The run ``run_dir`` holds; a UserError when its settings differ from ``run`` 's and ``run`` does not say
     ``rerun=true``."""
     held = held_run(run_dir)
-    changes = changes_from(held, cfg)
-    if changes and not cfg["rerun"]:
-        raise UserError(other_run_message(Path(run_dir), held, changes, cfg))
+    changes = changes_from(held, run)
+    if changes and not run.rerun:
+        raise UserError(other_run_message(Path(run_dir), held, changes, run))
     return held

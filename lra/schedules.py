@@ -20,12 +20,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 import torch
 
-from .settings import SCHEDULES, Optim, complete
+from .settings import Optim
 
 
 def linear(step: int, warmup: int, total: int) -> float:
@@ -47,32 +47,25 @@ def cosine(step: int, warmup: int, cycle: int) -> float:
     return min(1.0, step / warmup) * max(0.0, 0.5 * (1.0 + math.cos(math.pi * (progress % 1.0))))
 
 
-def lr_multiplier(optim: dict[str, Any], max_steps: int):
-    """The ``step -> multiplier`` function that ``task.optim`` asks for (``LambdaLR``'s ``lr_lambda``)."""
-    name = optim["schedule"]
-    warmup = max(1, int(optim["warmup_steps"]))
-    if name == "linear":
-        return partial(linear, warmup=warmup, total=max_steps)
-    if name == "constant":
-        return partial(constant, warmup=warmup)
-    if name == "rsqrt":
-        return partial(rsqrt, warmup=warmup)
-    if name == "cosine":
-        return partial(cosine, warmup=warmup, cycle=max(1, int(optim["cycle_steps"] or max_steps)))
-    if name == "onecycle":
-        if warmup >= max_steps:
-            raise ValueError(f"task.optim.schedule=onecycle needs warmup_steps ({warmup}) < max_steps ({max_steps})")
-        return None  # torch's OneCycleLR, built by `scheduler`
-    raise ValueError(f"task.optim.schedule={name!r} is not a schedule; valid: {', '.join(SCHEDULES)}")
+def lr_multiplier(optim: Optim, max_steps: int) -> Callable[[int], float] | None:
+    """The ``step -> multiplier`` function that ``task.optim`` asks for (``LambdaLR``'s ``lr_lambda``); None for
+    ``onecycle``, torch's own ``OneCycleLR`` (``Run.parse`` refused a warmup as long as the run)."""
+    warmup = max(1, optim.warmup_steps)
+    return {
+        "linear": partial(linear, warmup=warmup, total=max_steps),
+        "constant": partial(constant, warmup=warmup),
+        "rsqrt": partial(rsqrt, warmup=warmup),
+        "cosine": partial(cosine, warmup=warmup, cycle=max(1, optim.cycle_steps or max_steps)),
+        "onecycle": None,
+    }[optim.schedule]
 
 
-def scheduler(optimizer: torch.optim.Optimizer, optim: dict[str, Any], max_steps: int):
+def scheduler(optimizer: torch.optim.Optimizer, optim: Optim, max_steps: int):
     """The per-step learning-rate scheduler ``task.optim`` asks for (``lr_multiplier`` for its multiplier)."""
-    optim = complete(optim, Optim)
     multiplier = lr_multiplier(optim, max_steps)
     if multiplier is not None:
         return torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
-    warmup = max(1, int(optim["warmup_steps"]))
+    warmup = max(1, optim.warmup_steps)
     return torch.optim.lr_scheduler.OneCycleLR(
-        optimizer, max_lr=optim["lr"], total_steps=max_steps, pct_start=warmup / max_steps,
-        anneal_strategy="linear", cycle_momentum=bool(optim["cycle_momentum"]))
+        optimizer, max_lr=optim.lr, total_steps=max_steps, pct_start=warmup / max_steps,
+        anneal_strategy="linear", cycle_momentum=bool(optim.cycle_momentum))

@@ -1,259 +1,284 @@
-"""The run configuration's schema: every setting's type, the default of each optional one (written here once), the
-checks a type implies, and the values derived from the settings.
+"""One run's settings as one frozen, typed value: ``Run``, parsed once from the composed config.
 
-``conf/`` holds the values: the protocol's, per task and per experiment. A setting that some configs leave out has
-its default here (a field with a default: ``task.causal``, ``task.truncate``, ``task.data.limit``,
-``task.data.num_workers``, ``task.data.pad_multiple``, ``task.data.eval_batch_size``, ``task.optim.cycle_momentum``,
-``model.short_conv``),
-and ``complete(config)`` fills it in: the composed
-config (``lra.config.compose``), ``run.py``'s job and ``lra.train.run`` are complete, so code reads every
-setting as ``cfg[...]`` with no default of its own, and records and checkpoints carry every setting. A field
-without a default is set by every config in ``conf/``. Sections that are open by design stay mappings:
-``attention`` (the mechanism's constructor options, checked from its source by ``lra.attention_options``),
-``trainer`` (any Lightning ``Trainer`` argument) and a task's own keys (``ar``'s ``seq_len``, ``data.generate``).
+``Run.parse(config)`` completes the config (an optional setting left out takes its default, declared here once:
+records and checkpoints then carry every setting), checks it (every setting's type, range and relations, declared
+on its field with ``lra.setting_rules``; the attention's options against what its class declares; the experiment's
+coverage of the task; the machine's memory) and returns the ``Run`` that ``lra.train``, ``lra.build``, the data
+and task modules, the schedules, the analyses and the benchmarks take. A refusal is one line naming the key and the
+fix. The values derived from the settings (batch sizes, Lightning's ``Trainer`` arguments) and the run's identity
+are its properties and methods. ``Run.read(config)`` builds one without the checks, from a config written earlier
+(a record's, a checkpoint's: ``lra.record_compat.upgrade``) or composed only to compare with.
+
+``conf/`` holds the values: the protocol's, per task and per experiment. Keys a section does not declare stay in
+its ``own`` mapping (a task's own keys such as ``ar``'s ``seq_len``, the generator options ``data.generate``); the
+attention's ``options`` are the mechanism's constructor options; ``trainer`` is any Lightning ``Trainer`` argument.
 Why dataclasses that the composed config is checked against, not a Hydra structured config: docs/design.md,
-section 5. No torch here: ``run.py`` checks settings before torch loads.
+section 5. No torch here: ``run.py`` checks before torch loads.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
-import types
-import typing
-from dataclasses import MISSING, dataclass, field, fields, is_dataclass
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import Any, Literal
 
-from lra_base.errors import UserError
+from . import checks, identity
+from .setting_rules import (
+    check_fields,
+    check_missing,
+    default_of,
+    fraction,
+    has_default,
+    integer,
+    is_number,
+    must,
+    number,
+    relation,
+    rules,
+    schema_fields,
+    section_schema,
+)
 
 log = logging.getLogger(__name__)
 
+Schedule = Literal["linear", "constant", "rsqrt", "cosine", "onecycle"]  # task.optim.schedule (lra/schedules.py)
+Pooling = Literal["mean", "cls", "none", "padded_mean"]  # model.pooling (lra/model.py)
+Batching = Literal["random", "length_grouped"]  # task.batching (lra/sampling.py)
+MAX_SEED = checks.MAX_SEED
 
-SCHEDULES = ("linear", "constant", "rsqrt", "cosine", "onecycle")  # task.optim.schedule (lra/schedules.py)
 
-
-def at_least(low: int) -> dict[str, int]:
-    return {"min": low}
+def own() -> Any:
+    """The field that keeps a section's keys the schema does not declare."""
+    return field(default_factory=dict, metadata={"own": True})
 
 
 @dataclass(frozen=True)
 class Optim:
     """``task.optim``: AdamW and its per-step schedule (``lra/schedules.py``)."""
 
-    lr: float
-    weight_decay: float
-    betas: list
-    eps: float
-    warmup_steps: int
-    schedule: str  # linear | constant | rsqrt | cosine | onecycle
-    cycle_steps: int | None  # cosine: the cycle; null = max_steps
+    lr: float = field(metadata=rules(number(0, strict=True)))
+    weight_decay: float = field(metadata=rules(number(0, strict=False)))
+    betas: list = field(metadata=rules(must("two numbers in [0, 1), e.g. [0.9, 0.999]", checks.two_betas)))
+    eps: float = field(metadata=rules(number(0, strict=True)))
+    warmup_steps: int = field(metadata=rules(integer(0)))
+    schedule: Schedule
+    cycle_steps: int | None = field(metadata=rules(integer(1, null=True, wants="an integer >= 1")))  # null: max_steps
     cycle_momentum: bool = True  # onecycle: beta1 cycles against the lr (the PyTorch ports); false: fixed beta1
+    own: dict = own()
 
 
 @dataclass(frozen=True)
 class Data:
-    """``task.data``: where the prepared data lives and how it is loaded (generator options: the task's own)."""
+    """``task.data``: where the prepared data lives and how it is loaded; ``own``: the generator's options
+    (``generate``) or, for data made in memory (``ar``), its split sizes and seed."""
 
     root: str
-    num_workers: int = field(default=0, metadata=at_least(0))  # DataLoader worker processes
-    pad_multiple: int = field(default=1, metadata=at_least(1))  # pad each batch to a multiple of this length
-    limit: dict | None = None  # {split: count}: a fixed random subset of those splits
-    eval_batch_size: int | None = field(default=None, metadata=at_least(1))  # null: the training micro-batch
+    num_workers: int = field(default=0, metadata=rules(integer(0)))  # DataLoader worker processes
+    pad_multiple: int = field(default=1, metadata=rules(integer(1)))  # pad each batch to a multiple of this length
+    limit: dict | None = field(default=None, metadata=rules(relation(  # {split: count}: a fixed random subset
+        lambda value, _: checks.limit_problem(value) is None, lambda key, value, _: checks.limit_problem(value))))
+    eval_batch_size: int | None = field(default=None, metadata=rules(integer(1, null=True)))  # null: the micro-batch
+    own: dict = own()
+
+    @property
+    def generate(self) -> dict[str, Any]:
+        """The generator's options (``task.data.generate``), empty for a task that is not generated."""
+        return dict(self.own.get("generate") or {})
 
 
 @dataclass(frozen=True)
 class Task:
-    """``task``: one LRA task's data, sizes, steps and optimizer (``conf/task/<name>.yaml``)."""
+    """``task``: one task's data, sizes, steps and optimizer (``conf/task/<name>.yaml``)."""
 
     name: str
-    max_len: int
-    num_classes: int = field(metadata=at_least(2))  # one class is nothing to learn (and cross-entropy is 0)
-    batch_size: int  # the optimizer step's examples over all processes (DDP ranks split it)
-    micro_batches: int  # each batch as that many accumulated parts: less memory, the same gradient
-    batching: str  # random | length_grouped (lra/sampling.py)
-    batching_pool: int
-    max_steps: int
-    eval_every: int  # validation (and last.ckpt) every this many optimizer steps
+    max_len: int = field(metadata=rules(integer(1)))
+    num_classes: int = field(metadata=rules(integer(2)))  # one class is nothing to learn (cross-entropy is 0)
+    batch_size: int = field(metadata=rules(integer(1)))  # the optimizer step's examples over all processes
+    micro_batches: int = field(metadata=rules(must(  # each batch as that many accumulated parts: the same gradient
+        lambda task: f"a positive integer that divides task.batch_size={task['batch_size']} (each batch runs as that "
+                     f"many equal parts)",
+        lambda value, task: checks.is_count(value, 1) and task["batch_size"] % value == 0)))
+    batching: Batching = field(metadata=rules(relation(checks.groups_lengths_it_has, checks.no_lengths_to_group)))
+    batching_pool: int = field(metadata=rules(integer(1, wants="an integer >= 1 (batches sorted by length together)")))
+    max_steps: int = field(metadata=rules(integer(1)))
+    eval_every: int = field(metadata=rules(integer(1)))  # validation (and last.ckpt) every this many optimizer steps
     optim: Optim
     data: Data
     causal: bool = False  # queries read only the past (ar)
     truncate: bool = False  # cut sequences longer than max_len (Text, Retrieval: as LRA does); else refuse them
+    own: dict = own()  # a task's own keys (ar: seq_len, num_pairs, vocab_size)
 
 
 @dataclass(frozen=True)
 class Model:
     """``model``: the encoder (``lra/model.py``)."""
 
-    dim: int
-    depth: int
-    heads: int
-    ffn_dim: int
-    dropout: float
-    pooling: str
-    qkv_dim: int | None
-    attention_dropout: float
-    embed_init_std: float | None
+    dim: int = field(metadata=rules(integer(1)))
+    depth: int = field(metadata=rules(integer(1)))
+    heads: int = field(metadata=rules(integer(1), relation(checks.heads_split_dim, checks.dim_not_divisible)))
+    ffn_dim: int = field(metadata=rules(integer(1)))
+    dropout: float = field(metadata=rules(fraction()))
+    pooling: Pooling
+    qkv_dim: int | None = field(metadata=rules(must(  # the width of q/k/v apart from dim (LRA's JAX configs)
+        lambda model: f"null (= model.dim) or a positive multiple of model.heads={model['heads']}",
+        lambda value, model: value is None or (checks.is_count(value, 1) and value % model["heads"] == 0))))
+    attention_dropout: float = field(metadata=rules(fraction()))
+    embed_init_std: float | None = field(metadata=rules(must(
+        "null (nn.Embedding's N(0, 1)) or a positive number (the PyTorch ports: 0.02)",
+        lambda value, _: value is None or (is_number(value) and value > 0))))
     checkpoint_blocks: bool
-    short_conv: int | None = field(default=None, metadata=at_least(2))  # kernel on q, k, v (lra/short_conv.py)
+    short_conv: int | None = field(default=None, metadata=rules(integer(2, null=True)))  # lra/short_conv.py
+    own: dict = own()
+
+
+@dataclass(frozen=True)
+class Attention:
+    """``attention``: the mechanism's registered name and its constructor options (``attention_zoo``)."""
+
+    name: str
+    options: dict = own()  # checked against what the class declares (lra.attention_options)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """``checkpoint``: what the run saves besides its best checkpoint."""
+
+    save_last: bool  # last.ckpt at every validation, for resuming an interrupted run
+    own: dict = own()
 
 
 @dataclass(frozen=True)
 class Run:
-    """The whole run config (``conf/config.yaml`` and its groups)."""
+    """The whole run (``conf/config.yaml`` and its groups). Build one with ``Run.parse``."""
 
-    seed: int
-    experiment: str | None
-    tag: str | int
+    seed: int = field(metadata=rules(integer(0, MAX_SEED)))
+    experiment: str | None  # the experiment that set the other values; null: none
+    tag: str | int  # names the run folder's last part
     data_dir: str
     rerun: bool
     reuse_freed_memory: bool
-    checkpoint: dict
+    checkpoint: Checkpoint
     model: Model
     task: Task
-    attention: dict
-    trainer: dict
-    flush_subnormals: bool = False  # records made before it existed did not flush (lra.subnormals)
+    attention: Attention
+    trainer: dict = field(metadata=rules(relation(  # any Lightning Trainer argument (checks.trainer_problem)
+        lambda value, _: checks.trainer_problem(value) is None, lambda key, value, _: checks.trainer_problem(value))))
+    flush_subnormals: bool  # numbers below 1.18e-38 as 0 on x86 CPUs (lra.subnormals)
+    own: dict = own()  # e.g. ``analysis``: the analysis that asked for the run
+
+    @classmethod
+    def parse(cls, config: Mapping[str, Any]) -> Run:
+        """The checked ``Run`` of a resolved config (``lra.config.compose``): a ``UserError`` naming the first setting
+        that is missing or breaks its type, range or relations. Each optional setting the config leaves out takes
+        its default."""
+        check_missing(config, cls)
+        run = cls.read(config)
+        complete = run.config()
+        checks.check_names(complete)
+        check_fields(complete, cls)
+        checks.check_relations(complete)
+        return run
+
+    @classmethod
+    def read(cls, config: Mapping[str, Any]) -> Run:
+        """The ``Run`` a config describes, unchecked: one written earlier or composed to compare with. An optional
+        setting it leaves out takes its default, a required one None (``lra.record_compat.upgrade`` fills what
+        older layouts left out)."""
+        return _section(cls, config)
+
+    def asked_by(self, analysis: str) -> Run:
+        """This run marked as an analysis's (``config.analysis``, where-or-how): ``results`` leaves its record to the
+        analysis's own table."""
+        return replace(self, own={**self.own, "analysis": analysis})
+
+    def config(self) -> dict[str, Any]:
+        """The settings as the config's nested plain mapping: what records and checkpoints keep."""
+        return _layout(self)
+
+    # derived values
+
+    def micro_batch_size_on(self, processes: int) -> int:
+        """Examples per forward pass: ``task.batch_size`` split into ``task.micro_batches`` equal parts on each of
+        ``processes`` DDP ranks, so an optimizer step sees ``task.batch_size`` examples however many run it."""
+        return checks.split_batch(self.task.batch_size, self.task.micro_batches, processes)
+
+    @property
+    def micro_batch_size(self) -> int:
+        return self.micro_batch_size_on(1)
+
+    @property
+    def eval_batch_size(self) -> int:
+        """Examples per validation or test batch of a process: ``task.data.eval_batch_size``, else the training
+        micro-batch of one process."""
+        return self.task.data.eval_batch_size or self.micro_batch_size
+
+    @property
+    def trainer_arguments(self) -> dict[str, Any]:
+        """Lightning ``Trainer`` arguments: ``trainer`` with the validation interval counted in optimizer steps.
+
+        A run shorter than its validation interval validates once, at its last step. ``task.micro_batches`` n > 1
+        accumulates n micro-batches into each optimizer step; Lightning counts the interval in micro-batches, so it
+        is scaled to stay ``task.eval_every`` optimizer steps."""
+        args = dict(self.trainer)
+        checks.refuse_ddp_without_gpu(args)
+        args["use_distributed_sampler"] = False  # under DDP the data module shards its own orders: exact resume
+        every, steps = args.get("val_check_interval"), args.get("max_steps")
+        if not args.get("fast_dev_run") and type(every) is int and type(steps) is int and 0 < steps < every:
+            log.warning("max_steps=%d ends before the first validation (every %d steps, task.eval_every): validating "
+                        "once, at step %d, so the run has a checkpoint to test. To shorten a run set task.max_steps "
+                        "and task.eval_every.", steps, every, steps)
+            args["val_check_interval"] = every = steps
+        if self.task.micro_batches > 1:
+            args["accumulate_grad_batches"] = self.task.micro_batches
+            args["val_check_interval"] = every * self.task.micro_batches
+        return args
+
+    # which run this is (lra.identity)
+
+    def identity(self) -> dict[str, Any]:
+        """The settings that change what the run computes, as ``{"task.optim.lr": 0.001, ...}`` sorted by key:
+        everything but ``lra.identity.WHERE_OR_HOW``, null values and ``ABSENT_AT`` 's."""
+        return identity.settings_identity(self.config())
+
+    def digest(self) -> str:
+        """12 hex digits naming the identity: two runs with one digest compute the same run."""
+        return identity.digest(self.identity())
+
+    def differences(self, other: Run) -> list[tuple[str, Any, Any]]:
+        """``(key, this run's value, the other's)`` for every identity setting where the two differ, by key
+        (``lra.identity.ABSENT`` for a missing one); a setting added to ``conf/`` after one of them was written counts
+        at the value it ran with (``lra.record_compat.IMPLICIT``)."""
+        from .record_compat import IMPLICIT  # compatibility lives there; it builds Runs, so imported here
+
+        return identity.compare(self.identity(), other.identity(), IMPLICIT)
 
 
-def _schema_fields(schema: type) -> dict[str, Any]:
-    hints = typing.get_type_hints(schema)
-    return {f.name: (f, hints[f.name]) for f in fields(schema)}
+def _section(schema: type, config: Mapping[str, Any]) -> Any:
+    """The ``schema`` dataclass of one section of a config, its sections below it too: each setting the config leaves
+    out at its default (None without one), each key the schema does not declare in ``own``."""
+    values, declared = {}, schema_fields(schema)
+    for name, (spec, hint) in declared.items():
+        if spec.metadata.get("own"):
+            values[name] = {key: copy.deepcopy(value) for key, value in config.items() if key not in declared}
+        elif name not in config:
+            values[name] = default_of(spec) if has_default(spec) else None
+        elif (inner := section_schema(hint)) is not None and isinstance(config[name], Mapping):
+            values[name] = _section(inner, config[name])
+        else:
+            values[name] = copy.deepcopy(config[name])
+    return schema(**values)
 
 
-def optional_keys(schema: type = Run, where: str = "") -> dict[str, tuple[str, ...]]:
-    """``{"task": ("causal", "truncate"), ...}``: per section, the keys a config may leave out (they have a
-    default here), so ``+task.truncate=...`` may add them (``lra.overrides``)."""
-    found: dict[str, tuple[str, ...]] = {}
-    optional = tuple(f.name for f, _ in _schema_fields(schema).values()
-                     if f.default is not MISSING or f.default_factory is not MISSING)
-    if optional:
-        found[where] = optional
-    for name, (_, hint) in _schema_fields(schema).items():
-        if is_dataclass(hint):
-            found.update(optional_keys(hint, f"{where}.{name}" if where else name))
-    return found
+def _layout(section: Any) -> dict[str, Any]:
+    """A section (a dataclass of the schema) as the config's plain mapping, its ``own`` keys beside the declared."""
+    plain: dict[str, Any] = {}
+    for spec in fields(section):
+        value = getattr(section, spec.name)
+        if spec.metadata.get("own"):
+            plain.update(copy.deepcopy(value))
+        else:
+            plain[spec.name] = _layout(value) if is_dataclass(value) else copy.deepcopy(value)
+    return plain
 
-
-def complete(config: dict[str, Any], schema: type = Run) -> dict[str, Any]:
-    """``config`` with every optional setting it leaves out set to its default, in the sections it has (a copy;
-    other keys as they are)."""
-    done = dict(config)
-    for name, (spec, hint) in _schema_fields(schema).items():
-        if is_dataclass(hint):
-            if isinstance(done.get(name), dict):
-                done[name] = complete(done[name], hint)
-        elif name not in done and spec.default is not MISSING:
-            done[name] = spec.default
-    return done
-
-
-def _kind(hint: Any) -> tuple[tuple[type, ...], bool]:
-    """The Python types a setting's annotation admits, and whether null is one of them."""
-    args = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union \
-        else (hint,)
-    return tuple(a for a in args if a is not type(None)), type(None) in args
-
-
-def _fits(value: Any, allowed: tuple[type, ...], low: int | None) -> bool:
-    for kind in allowed:
-        if kind is bool and isinstance(value, bool):
-            return True
-        if kind is int and isinstance(value, int) and not isinstance(value, bool):
-            return low is None or value >= low
-        if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return True
-        if kind in (str, list, dict) and isinstance(value, kind):
-            return True
-    return False
-
-
-def _wanted(allowed: tuple[type, ...], nullable: bool, low: int | None) -> str:
-    words = {bool: "true or false", int: "an integer" + (f" >= {low}" if low is not None else ""),
-             float: "a number", str: "a string", list: "a list", dict: "a group of keys"}
-    text = " or ".join(words[kind] for kind in allowed)
-    return f"null or {text}" if nullable else text
-
-
-def missing_settings(config: dict[str, Any], schema: type = Run, where: str = "") -> None:
-    """A UserError naming the first setting without a default that ``config`` lacks (every file in ``conf/``
-    sets it: a ``~key`` override or a hand-written config dropped it)."""
-    for name, (spec, hint) in _schema_fields(schema).items():
-        key = f"{where}{name}"
-        if name not in config and spec.default is MISSING:
-            raise UserError(f"{key} is missing: every config in conf/ sets it; set it (+{key}=...)")
-        if is_dataclass(hint) and isinstance(config.get(name), dict):
-            missing_settings(config[name], hint, key + ".")
-
-
-def check_types(config: dict[str, Any], schema: type = Run, where: str = "") -> None:
-    """A UserError naming the first setting whose value is not of its declared type (or below its declared
-    minimum)."""
-    for name, (spec, hint) in _schema_fields(schema).items():
-        key = f"{where}{name}"
-        if name not in config:
-            continue
-        value = config[name]
-        if is_dataclass(hint):
-            if not isinstance(value, dict):
-                raise UserError(f"{key}={value!r}: must be a group of keys")
-            check_types(value, hint, key + ".")
-            continue
-        allowed, nullable = _kind(hint)
-        low = spec.metadata.get("min")
-        if not (value is None and nullable) and not _fits(value, allowed, low):
-            raise UserError(f"{key}={value!r}: must be {_wanted(allowed, nullable, low)}")
-
-
-def micro_batch_size(task: dict[str, Any], processes: int = 1) -> int:
-    """Examples per forward pass: ``task.batch_size`` split into ``task.micro_batches`` equal parts on each of
-    ``processes`` DDP ranks, so an optimizer step sees ``task.batch_size`` examples however many devices run it."""
-    batch, micro = int(task["batch_size"]), int(task["micro_batches"])
-    if batch % (micro * processes):
-        raise UserError(f"task.batch_size={batch} is the batch of one optimizer step over all processes: it must "
-                        f"split into {processes} process(es) x task.micro_batches={micro} equal parts; pick a "
-                        f"batch size that {micro * processes} divides, or another trainer.devices / num_nodes")
-    return batch // (micro * processes)
-
-
-def eval_batch_size(task: dict[str, Any]) -> int:
-    """Examples per validation or test batch of a process: ``task.data.eval_batch_size``, else the training
-    micro-batch of one process (``task.batch_size / task.micro_batches``)."""
-    return int(task["data"]["eval_batch_size"] or micro_batch_size(task))
-
-
-def refuse_ddp_without_gpu(trainer: dict[str, Any]) -> None:
-    """``trainer=ddp`` (accelerator ``auto``, ``bf16-mixed``) where torch sees no GPU is refused: Lightning would run
-    one process on the CPU in bf16 autocast, neither DDP nor the CPU's float32, without a word."""
-    import torch
-
-    if trainer.get("accelerator") == "auto" and str(trainer.get("strategy", "")).startswith("ddp") \
-            and not torch.cuda.is_available():
-        raise UserError(f"trainer.strategy={trainer['strategy']} with trainer.accelerator=auto found no GPU (torch "
-                        f"sees none), so it would run one {trainer.get('precision')} process on the CPU: on a CPU use "
-                        f"trainer=ddp_cpu (float32 processes, trainer.devices of them), or set trainer.accelerator=cpu "
-                        f"to choose the rest yourself")
-
-
-def trainer_arguments(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Lightning ``Trainer`` arguments: ``cfg['trainer']`` with the validation interval counted in optimizer steps.
-
-    A run shorter than its validation interval validates once, at its last step. ``task.micro_batches`` n > 1
-    accumulates n micro-batches into each optimizer step; Lightning counts the interval in micro-batches, so it
-    is scaled to stay ``task.eval_every`` optimizer steps."""
-    args = dict(cfg["trainer"])
-    refuse_ddp_without_gpu(args)
-    args["use_distributed_sampler"] = False  # under DDP the data module shards its own orders: exact resume
-    every, steps = args.get("val_check_interval"), args.get("max_steps")
-    if not args.get("fast_dev_run") and type(every) is int and type(steps) is int and 0 < steps < every:
-        log.warning("max_steps=%d ends before the first validation (every %d steps, task.eval_every): validating "
-                    "once, at step %d, so the run has a checkpoint to test. To shorten a run set task.max_steps "
-                    "and task.eval_every.", steps, every, steps)
-        args["val_check_interval"] = every = steps
-    micro = int(cfg["task"]["micro_batches"])
-    if micro > 1:
-        if type(every) is not int:
-            raise UserError(f"trainer.val_check_interval={every!r} (a fraction of an epoch) with task.micro_batches="
-                            f"{micro} could validate between the parts of a step: validate every N steps with "
-                            f"task.eval_every=N instead")
-        args["accumulate_grad_batches"] = micro
-        args["val_check_interval"] = every * micro
-    return args

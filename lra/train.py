@@ -1,4 +1,4 @@
-"""Build, fit and test one run from a resolved config; write its ``result.json``."""
+"""Build, fit and test one ``Run`` (``lra.settings``, parsed and checked once); write its ``result.json``."""
 
 from __future__ import annotations
 
@@ -15,14 +15,15 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from data_prep.compact import DataError
-from lra_base.errors import Diverged, UserError
-from lra_base.leftovers import remove_leftovers
-from lra_base.lock import run_folder_lock
 from pytorch_lightning.callbacks import LearningRateMonitor
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
+
+from data_prep.compact import DataError
+from lra_base.errors import Diverged, UserError
+from lra_base.leftovers import remove_leftovers
+from lra_base.lock import run_folder_lock
 
 from .allocator import JEMALLOC_CONF, ReleaseFreedMemory, malloc_name, reuse_freed_memory
 from .build import build
@@ -35,12 +36,11 @@ from .callbacks import (
     stopped_by,
 )
 from .checkpoints import RunFolderCheckpoint, RunFolderCheckpointIO, not_a_link, resume_point
-from .checks import check_config
 from .disk import disk_full, full_disk_error
 from .loggers import ResumableCSVLogger
 from .record import INTERRUPTED, RECORD_NAME, new_record, now, write_json_atomic
 from .same_run import HeldRun, changes_from, refuse_other_data, refuse_other_run
-from .settings import complete
+from .settings import Run
 from .subnormals import flush_subnormals
 from .threads import FreeCoreThreads
 
@@ -116,13 +116,13 @@ class TrainingBegins(pl.Callback):
         self.progress.training = True
 
 
-def fit_and_test(cfg: dict[str, Any], run_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
+def fit_and_test(run: Run, run_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
     """Train with checkpoints on validation accuracy, test the best checkpoint; return record fields.
     ``progress`` is given the model and trainer as soon as they exist."""
-    if cfg["flush_subnormals"]:  # first: torch's intra-op threads take the mode when they start
+    if run.flush_subnormals:  # first: torch's intra-op threads take the mode when they start
         flush_subnormals()
-    pl.seed_everything(cfg["seed"], workers=True)
-    if cfg["reuse_freed_memory"]:
+    pl.seed_everything(run.seed, workers=True)
+    if run.reuse_freed_memory:
         reuse_freed_memory()
     if malloc_name() == "glibc" and not torch.cuda.is_available():
         log.info("malloc: glibc, which slows a long CPU run as its heap fragments (~20%% after an hour); for long runs "
@@ -130,34 +130,34 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path, progress: Progress | None =
                  "(docs/benchmarks.md, \"Allocator over a long run\")", JEMALLOC_CONF)
     ckpt_dir = run_dir / "checkpoints"
     resume = ckpt_dir / "last.ckpt"
-    resume = resume if resume.exists() and not cfg["trainer"].get("fast_dev_run") else None
+    resume = resume if resume.exists() and not run.trainer.get("fast_dev_run") else None
     point = resume_point(resume) if resume else None  # a damaged last.ckpt is named before any work
     start_step = point.step if point else 0
-    built = build(cfg)  # a bad attention option fails before any data work
+    built = build(run)  # an attention its constructor refuses fails before any data work
     datamodule, model = built.datamodule, built.model
     progress = Progress() if progress is None else progress
     progress.data = datamodule.data_identity()
     if point is not None:  # data prepared only now (lra.same_run compared what was there before)
-        refuse_other_data(cfg, run_dir, HeldRun(False, resume, point.config, point.step, data=point.data),
+        refuse_other_data(run, run_dir, HeldRun(False, resume, point.config, point.step, data=point.data),
                           progress.data)
     checkpoint = RunFolderCheckpoint(dirpath=ckpt_dir, monitor="val/acc", mode="max", save_top_k=1,
                                      filename="best-step{step}", auto_insert_metric_name=False)
     loggers = [TensorBoardLogger(run_dir, name="tensorboard", version=""),
                ResumableCSVLogger(run_dir, name="csv", version="", resume_step=start_step)]
-    hint = (f"Lower task.optim.lr (now {cfg['task']['optim']['lr']:g}) or clip gradients "
+    hint = (f"Lower task.optim.lr (now {run.task.optim.lr:g}) or clip gradients "
             f"(trainer.gradient_clip_val=1.0); last.ckpt holds the last validated state before it.")
     callbacks = [TrainingBegins(progress), checkpoint, LearningRateMonitor("step"),
                  CheckpointOnPreemption(ckpt_dir / "last.ckpt"), StopOnDivergence(hint)]
-    if cfg["reuse_freed_memory"]:
+    if run.reuse_freed_memory:
         callbacks.append(ReleaseFreedMemory())
     if FreeCoreThreads.wanted():
         callbacks.append(FreeCoreThreads())
-    if cfg["trainer"]["enable_progress_bar"]:
+    if run.trainer["enable_progress_bar"]:
         callbacks.append(StepProgressBar())  # steps of task.max_steps, not Lightning's epochs of an unknown count
     else:
-        label = f"{cfg['task']['name']}/{cfg['attention']['name']}/seed{cfg['seed']} ({run_dir.name})"
+        label = f"{run.task.name}/{run.attention.name}/seed{run.seed} ({run_dir.name})"
         callbacks.append(ValidationProgress(label))
-    if cfg["checkpoint"]["save_last"]:  # Lightning's save_last only follows improvements; this is every validation
+    if run.checkpoint.save_last:  # Lightning's save_last only follows improvements; this is every validation
         callbacks.append(RunFolderCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, save_top_k=1,
                                              enable_version_counter=False))
     trainer = pl.Trainer(**built.trainer_arguments, callbacks=callbacks, logger=loggers, default_root_dir=run_dir,
@@ -167,7 +167,7 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path, progress: Progress | None =
         log.info("resuming from %s (step %d)", resume, start_step)
     trainer.fit(model, datamodule=datamodule, ckpt_path=str(resume) if resume else None, weights_only=True)
     fitted = progress.freeze()  # testing reloads the best checkpoint's progress counters: read them now
-    refuse_short_fit(trainer, cfg)
+    refuse_short_fit(trainer, run)
     best = checkpoint.best_model_path or None
     val_acc = checkpoint.best_model_score if best else trainer.callback_metrics.get("val/acc")
     tested = trainer.test(model, datamodule=datamodule, ckpt_path=best, weights_only=True)[0]
@@ -184,16 +184,16 @@ def fit_and_test(cfg: dict[str, Any], run_dir: Path, progress: Progress | None =
     }
 
 
-def refuse_short_fit(trainer: pl.Trainer, cfg: dict[str, Any]) -> None:
+def refuse_short_fit(trainer: pl.Trainer, run: Run) -> None:
     """A UserError when fitting ended before the run's step bound (``trainer.max_steps``: ``task.max_steps`` unless
     overridden), or with no step where it has none: a Lightning limit such as ``+trainer.max_epochs=1`` or
     ``+trainer.max_time=...`` stopped it, and a model trained fewer steps than its run asks for is not that run, so
     it is neither tested nor recorded ``completed`` (the record says ``failed``, with this message). A debug run
     (``trainer.fast_dev_run``) is as long as Lightning makes it."""
     bound, done = trainer.max_steps, trainer.global_step
-    if cfg["trainer"].get("fast_dev_run") or (done >= bound if bound > 0 else done > 0):
+    if run.trainer.get("fast_dev_run") or (done >= bound if bound > 0 else done > 0):
         return
-    limits = [f"trainer.{key}={cfg['trainer'][key]}" for key in EARLY_STOPS if cfg["trainer"].get(key) is not None]
+    limits = [f"trainer.{key}={run.trainer[key]}" for key in EARLY_STOPS if run.trainer.get(key) is not None]
     cause = ", ".join(limits) or "a Lightning setting or callback"
     where = f"at step {done} of {bound}" if bound > 0 else "before its first step"
     raise UserError(f"training stopped {where} because of {cause}, so the run is not complete (recorded failed, not "
@@ -216,7 +216,7 @@ def set_aside(run_dir: Path) -> Path:
     return dest
 
 
-def run(cfg: dict[str, Any], run_dir: Path, *, locked: bool = False) -> dict[str, Any]:
+def run(run: Run, run_dir: Path, *, locked: bool = False) -> dict[str, Any]:
     """One run: the record is written atomically whether it completes, fails, diverges or is interrupted; a run
     refused before training (settings, a damaged checkpoint, missing or bad data) writes none.
 
@@ -227,32 +227,31 @@ def run(cfg: dict[str, Any], run_dir: Path, *, locked: bool = False) -> dict[str
     them; ``rerun=true`` moves either's outputs aside and trains again (an unfinished run of the same settings
     resumes).
     """
-    run_dir, cfg = Path(run_dir), complete(cfg)
+    run_dir = Path(run_dir)
     lock = run_folder_lock(run_dir) if rank_zero_only.rank == 0 and not locked else contextlib.nullcontext()
     with lock:
         for name in RUN_FILES:
             not_a_link(run_dir / name)
-        held = refuse_other_run(cfg, run_dir)
-        if held is not None and held.completed and not cfg["rerun"]:
+        held = refuse_other_run(run, run_dir)
+        if held is not None and held.completed and not run.rerun:
             return {**held.record, "already_completed": True}
-        if held is not None and (held.completed or changes_from(held, cfg)) and rank_zero_only.rank == 0:
+        if held is not None and (held.completed or changes_from(held, run)) and rank_zero_only.rank == 0:
             log.info("rerun=true: the earlier run's outputs moved to %s", set_aside(run_dir))
         if rank_zero_only.rank == 0:
             remove_leftovers(run_dir)  # what a run killed with kill -9 left (lra_base.leftovers)
-        return train_and_record(cfg, run_dir)
+        return train_and_record(run, run_dir)
 
 
-def train_and_record(cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+def train_and_record(run: Run, run_dir: Path) -> dict[str, Any]:
     """``fit_and_test`` with the record written in every outcome but a refusal: a ``UserError`` or a data
     problem (``data_prep``'s ``DataError``) before training begins (settings, a damaged checkpoint, missing or bad
     data) writes no record, so that no ``failed`` run is listed for a command that never trained (the folder keeps
     the record it had); it is raised as a UserError marked ``before_training`` (``lra_base.errors``)."""
-    record, progress, refused = new_record(cfg, run_dir), Progress(), False
+    record, progress, refused = new_record(run, run_dir), Progress(), False
     start = time.perf_counter()
     try:
-        check_config(cfg)
         with without_noise():
-            record.update(fit_and_test(cfg, run_dir, progress))
+            record.update(fit_and_test(run, run_dir, progress))
         record["status"] = "completed"
     except (UserError, DataError) as err:
         if not progress.began():

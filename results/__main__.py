@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+
+from lra.run_files import COMMITTED_RUNS_NAME
 from lra_base.atomic import LinkRefused, check_writable, refuse_link, write_atomic
 from results.analyses import find_analyses, write_analysis_tables
 from results.collect import collect
@@ -47,7 +49,7 @@ from results.summary import (
     summarize,
 )
 
-COMMITTED_ROOT, COMMITTED_OUT = "results/runs", "results/tables"
+COMMITTED_ROOT, COMMITTED_OUT = COMMITTED_RUNS_NAME, "results/tables"
 USER_ROOTS, USER_OUT = (COMMITTED_ROOT, "outputs"), "outputs/tables"
 
 

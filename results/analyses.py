@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 import pandas as pd
+
 from lra.record import ANALYSIS_KIND, AnalysisRecord
 from lra_base.atomic import write_atomic
 from results.collect import MalformedRecord, analysis_problem, find_records, read_record

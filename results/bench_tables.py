@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
+
+from lra.record_compat import has_column
 from lra_base.atomic import write_atomic
 from results.markdown import markdown_table
 
@@ -157,7 +159,7 @@ def threads_table(frame: pd.DataFrame) -> str:
     """``benchmarks.threads``: the quick job's steps idle and beside one busy process, per thread setting."""
     names = {"suite": "none set: run.py's own (lra.threads)", "PASSIVE": "OMP_WAIT_POLICY=PASSIVE",
              "ACTIVE": "OMP_WAIT_POLICY=ACTIVE"}
-    chose = "choices" in frame  # CSVs written before the suite's choices were recorded
+    chose = has_column(frame, "choices")  # CSVs written before the suite's choices were recorded lack it
     rows = [[r.load, str(r.threads), names.get(r.policy, r.policy.replace("spin:", "GOMP_SPINCOUNT=")),
              _num(r.wall_s), _num(r.fit_s), *([] if not chose else ["" if pd.isna(r.choices) else r.choices]),
              "" if r.status == "ok" else r.status] for r in frame.itertuples()]

@@ -16,22 +16,24 @@ import pandas as pd
 
 from lra.config import CONF_DIR
 from lra.record import ANALYSIS_KIND, INTERRUPTED, RECORD_NAME, REQUIRED_FIELDS, AnalysisRecord, RunRecord
-from lra.record_compat import recorded_experiment
+from lra.record_compat import recorded_experiment, whole_run_time
 from lra.run_files import COMMITTED_RUNS, SET_ASIDE, is_set_aside
+from lra.settings import MAX_SEED
+from lra.task_facts import averaged_tasks, lra_tasks
 from results.machines import device_kind, machine_summary
 from results.protocol import (
     SECTION_SEP,
     SECTIONS,
     UNCHECKED,
     YOURS,
+    as_typed,
     drift_pairs,
     has_protocol,
     reference_config,
 )
 from results.safe_read import UnsafeFile, read_limited
 
-TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
-CLASSIC_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
+TASKS, CLASSIC_TASKS = lra_tasks(), averaged_tasks()  # table columns, the average's (lra/tasks/<task>.py)
 UNTAGGED = "untagged"
 COLUMNS = [
     "task", "attention", "seed", "tag", "status", "metric", "value",
@@ -39,7 +41,6 @@ COLUMNS = [
 ]
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # an analysis or published-table name: one plain file stem
 REFERENCE_DIR = Path(__file__).with_name("reference")
-MAX_SEED = 2**32 - 1  # the largest seed run.py accepts (numpy's)
 SHORT = "short"  # status and problem kind of a record that says completed after fewer steps than it was to train
 
 
@@ -90,8 +91,8 @@ def find_records(roots: list[str | Path]) -> list[Path]:
     return list(found.values())
 
 
-def run_identity(record: dict) -> tuple:
-    """What makes two records the same run: a copy (results/runs) and its original (outputs) share it."""
+def copy_key(record: dict) -> tuple:
+    """What a copy of a record (results/runs) shares with its original (outputs), and no other record does."""
     return tuple(str(record.get(key)) for key in ("analysis", "task", "attention", "seed", "tag", "started_at",
                                                       "finished_at"))
 
@@ -219,13 +220,6 @@ def run_label(run: dict) -> str:
     return f"{run['task']}/{run['attention']}/seed {run['seed']}"
 
 
-def whole_run_time(record: RunRecord) -> float | None:
-    """``wall_time_s``, except for an interrupted record from before such records kept the time of their earlier
-    segments (no ``earlier_segments_s``): it timed its last segment only."""
-    timed_whole = record.get("status") != INTERRUPTED or "earlier_segments_s" in record
-    return record.get("wall_time_s") if timed_whole else None
-
-
 def short_of_steps(record: RunRecord) -> str | None:
     """Why a record that says ``completed`` is not: it trained fewer steps than its config bounds it by
     (``trainer.max_steps``, which is ``task.max_steps`` unless overridden; with no bound, none at all), as runs
@@ -259,8 +253,10 @@ def parse_run(path: Path, record: RunRecord) -> tuple[dict, list[Problem]]:
     label, tag, where = run_label(run), run["tag"], run["path"]
     problems = [Problem(where, "bad value", text, tag, label) for text in complaints]
     if run["status"] == INTERRUPTED:
-        problems.append(Problem(where, "unfinished", "stopped before its last step (status interrupted); rerunning "
-                                "its command resumes it from last.ckpt", tag, label))
+        resume = record.get("resumes_with")
+        how = f"`{resume}` resumes it" if isinstance(resume, str) else "rerunning its command resumes it from last.ckpt"
+        problems.append(Problem(where, "unfinished", f"stopped before its last step (status interrupted); {how}",
+                                tag, label))
     elif run["status"] != "completed":
         message = first_line(record.get("error")) if record.get("error") else f"status {run['status']!r}"
         problems.append(Problem(where, "failed", message, tag, label))
@@ -325,7 +321,7 @@ def mark_drift(runs: list[dict], conf_dir: Path = CONF_DIR) -> list[Problem]:
         reference, source = reference_config(tag, task, [run["config"] for run in group], conf_dir, experiment)
         for run in group:
             run["protocol"] = source
-            differences = drift_pairs(run["config"], reference)
+            differences = as_typed(drift_pairs(run["config"], reference), tag, task, conf_dir, experiment)
             if differences:
                 settings = ", ".join(f"{key}={mine}" for key, mine, _ in differences)
                 run["tag"] = f"{tag}{SECTION_SEP}{settings}"
@@ -384,10 +380,10 @@ def collect(roots: list[str | Path], conf_dir: Path = CONF_DIR,
             if problem := set_aside_problem(path, record):
                 problems.append(problem)
             continue
-        identity = run_identity(record)
-        if record.get("finished_at") and identity in seen:
+        key = copy_key(record)
+        if record.get("finished_at") and key in seen:
             continue  # the same run found under two roots: the first root's copy counts
-        seen.add(identity)
+        seen.add(key)
         if record.get("kind") == ANALYSIS_KIND and (problem := analysis_problem(record)):
             problems.append(Problem(path.as_posix(), "malformed", problem))
             continue

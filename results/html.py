@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 import pandas as pd
+
 from lra.record_compat import experiment_for
 from lra_base.atomic import write_atomic
 from results.collect import CLASSIC_TASKS, Problem

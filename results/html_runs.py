@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import pandas as pd
+
 from lra_base.atomic import copy_atomic
 from results.analyses import PUBLISHED, analysis_table, find_analyses, format_value, load_published
 from results.collect import Problem

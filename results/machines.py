@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from lra.record_compat import known
+
 PRECISIONS = {"32-true": "fp32", "32": "fp32", "16-mixed": "fp16 mixed", "bf16-mixed": "bf16 mixed",
               "64-true": "fp64", "bf16-true": "bf16", "16-true": "fp16"}
 
@@ -29,18 +31,18 @@ def segment_machine(segment: dict[str, Any]) -> str:
     device = str(segment.get("device", "?"))
     if device == "cpu":
         threads = segment.get("threads", "?")
-        vector = f" ({segment['vector']})" if segment.get("vector") not in (None, "unknown") else ""
+        vector = f" ({segment['vector']})" if known(segment.get("vector")) else ""
         cpu = segment.get("cpu", "?")
-        cpu = "CPU of unknown model" if cpu == "unknown" else cpu
-        counted = f"{threads} thread{'' if threads == 1 else 's'}" if threads != "unknown" else "threads unknown"
+        cpu = cpu if known(cpu) else "CPU of unknown model"
+        counted = f"{threads} thread{'' if threads == 1 else 's'}" if known(threads) else "threads unknown"
         device = f"{cpu}{vector}, {counted}"
-    elif device == "unknown":
+    elif not known(device):
         device = "unknown device"
     precision = PRECISIONS.get(str(segment.get("precision")), segment.get("precision"))
     device += f", {precision}" if precision else ""
     processes = segment.get("processes", 1)
     device += "" if segment.get("subnormals") != "flushed" else ", subnormals flushed"
-    device += "" if segment.get("malloc") in (None, "glibc", "unknown") else f", {segment['malloc']}"
+    device += "" if not known(segment.get("malloc")) or segment["malloc"] == "glibc" else f", {segment['malloc']}"
     return device if processes == 1 else f"{device} x{processes} processes"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+
 from lra_base.atomic import copy_atomic, write_atomic
 from results.analyses import format_value
 from results.markdown import markdown_table

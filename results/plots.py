@@ -12,8 +12,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from lra_base.atomic import save_figure  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+
+from lra_base.atomic import save_figure  # noqa: E402
 from results.curves import plot_curves_across_tags, plot_learning_curves  # noqa: E402
 from results.escapes import ESCAPE_AT  # noqa: E402
 from results.plot_style import attention_legend, attention_style, plain, scatter_attention  # noqa: E402

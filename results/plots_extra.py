@@ -11,9 +11,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-from lra_base.atomic import save_figure  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
+
+from lra_base.atomic import save_figure  # noqa: E402
 from results.curves import plot_learning_curves  # noqa: E402
 from results.plot_style import attention_legend, plain, scatter_attention  # noqa: E402
 from results.protocol import compose_protocol  # noqa: E402

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
-from lra.record import RECORD_NAME
-from lra_base.lock import live_holder
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+
+from lra.record import RECORD_NAME
+from lra_base.lock import live_holder
 from results.collect import first_line
 from results.curves import readable_curve
 from results.escapes import ESCAPE_AT, escape_step

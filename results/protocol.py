@@ -3,13 +3,15 @@
 The protocol of a run is the repo's Hydra config composed for its task and its experiment: the `experiment` its
 record names (null = none, the repo defaults), or for records older than that field the experiment named like
 their tag (`default` = none; `conf/experiment/<tag>.yaml`). Only the settings that change what is measured
-count: the run's identity (`lra.identity`) in the `task`, `model` and `trainer` sections; attention options
+count: the run's identity (`lra.settings.Run.identity`, of the record's config made today's `Run` by
+`lra.record_compat.upgrade`) in the `task`, `model` and `trainer` sections; attention options
 and the seed vary within a table, and where or how a run ran (data locations, loader workers, devices,
 progress and logging) never counts.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -17,13 +19,12 @@ import pandas as pd
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from lra.config import CONF_DIR, compose
-from lra.identity import identity
-from lra.record_compat import IMPLICIT, experiment_for
+from lra.config import CONF_DIR, compose, copied_settings
+from lra.identity import joined
+from lra.record_compat import IMPLICIT, experiment_for, upgrade
 from results.markdown_text import md_code, md_text
 
 SECTIONS = ("task", "model", "trainer")
-ABSENT = "<absent>"
 SHOWN_DIFFERENCES = 6
 # a section of runs apart from their tag's: "<tag> · <settings that differ from its protocol>" and/or "· yours"
 SECTION_SEP, YOURS = " · ", "yours"
@@ -46,19 +47,45 @@ def compose_protocol(tag: str, task: str, conf_dir: Path = CONF_DIR, experiment:
     `experiment` is what the runs' records name ("" = none); without it, it is found from the tag
     (`experiment_for`) and the composed config must carry that tag.
     """
-    recorded = experiment is not None
-    if not recorded:
+    overrides = protocol_overrides(tag, task, conf_dir, experiment)
+    if overrides is None:
+        return None
+    try:
+        config = compose(overrides, conf_dir)
+    except (HydraException, OmegaConfBaseException):
+        return None
+    return config if experiment is not None or config.get("tag") == tag else None
+
+
+def protocol_overrides(tag: str, task: str, conf_dir: Path = CONF_DIR,
+                       experiment: str | None = None) -> list[str] | None:
+    """The command line of `compose_protocol`'s config (`task=<task> [experiment=...]`), or None when there is none."""
+    if experiment is None:
         experiment = experiment_for(tag, conf_dir)
         if experiment is None:
             return None
     if not (Path(conf_dir) / "config.yaml").is_file():
         return None
-    overrides = [f"task={task}"] + ([f"experiment={experiment}"] if experiment else [])
+    return [f"task={task}"] + ([f"experiment={experiment}"] if experiment else [])
+
+
+@functools.cache
+def _copied(overrides: tuple[str, ...], conf_dir: Path) -> dict[str, str]:
     try:
-        config = compose(overrides, conf_dir)
+        return copied_settings(overrides, conf_dir)
     except (HydraException, OmegaConfBaseException):
-        return None
-    return config if recorded or config.get("tag") == tag else None
+        return {}
+
+
+def as_typed(pairs: list[tuple[str, object, object]], tag: str, task: str, conf_dir: Path = CONF_DIR,
+             experiment: str | None = None) -> list[tuple[str, object, object]]:
+    """`drift_pairs` as a user typed them: a setting the config copies from another listed one with the same value
+    (`trainer.val_check_interval` follows `task.eval_every`) is left out, so a heading names what was typed."""
+    overrides = protocol_overrides(tag, task, conf_dir, experiment)
+    copies = {} if overrides is None else _copied(tuple(overrides), Path(conf_dir))
+    listed = {key: mine for key, mine, _ in pairs}
+    return [(key, mine, reference) for key, mine, reference in pairs
+            if not (copies.get(key) in listed and listed[copies[key]] == mine)]
 
 
 def has_protocol(config: object) -> bool:
@@ -66,20 +93,23 @@ def has_protocol(config: object) -> bool:
     return isinstance(config, dict) and any(isinstance(config.get(section), dict) for section in SECTIONS)
 
 
+def in_sections(key: str) -> bool:
+    return key.split(".", 1)[0] in SECTIONS
+
+
 def protocol_view(config: dict) -> dict[str, object]:
-    """The protocol-relevant settings as {"task.optim.lr": 0.0001, ...}: the run's identity (``lra.identity``) in
-    the protocol's sections; null settings count as absent."""
-    view = {key: value for key, value in identity(config).items() if key.split(".", 1)[0] in SECTIONS}
+    """The protocol-relevant settings as {"task.optim.lr": 0.0001, ...}: the run's identity in the protocol's
+    sections, a setting added later at the value the run used (``IMPLICIT``); null settings count as absent."""
+    view = {key: value for key, value in upgrade(config).identity().items() if in_sections(key)}
     if view:  # a record with protocol settings
-        view = {**IMPLICIT, **view}
+        view = {**{key: value for key, value in IMPLICIT.items() if in_sections(key)}, **view}
     return view
 
 
 def drift_pairs(config: dict, protocol: dict) -> list[tuple[str, object, object]]:
-    """(key, ours, the protocol's) for every protocol setting where `config` differs from `protocol`, by key."""
-    ours, theirs = protocol_view(config), protocol_view(protocol)
-    pairs = [(key, ours.get(key, ABSENT), theirs.get(key, ABSENT)) for key in sorted(ours.keys() | theirs.keys())]
-    return [(key, mine, reference) for key, mine, reference in pairs if mine != reference]
+    """(key, ours, the protocol's) for every protocol setting where `config` differs from `protocol`, by key
+    (``Run.differences``; ``lra.identity.ABSENT`` for a setting one of them lacks)."""
+    return [change for change in upgrade(config).differences(upgrade(protocol)) if in_sections(change[0])]
 
 
 def config_drift(config: dict, protocol: dict) -> list[str]:
@@ -89,9 +119,7 @@ def config_drift(config: dict, protocol: dict) -> list[str]:
 
 def drift_message(differences: list[str]) -> str:
     """The first few differences joined; the rest counted."""
-    shown = "; ".join(differences[:SHOWN_DIFFERENCES])
-    hidden = len(differences) - SHOWN_DIFFERENCES
-    return shown + (f"; and {hidden} more" if hidden > 0 else "")
+    return joined(differences, SHOWN_DIFFERENCES)
 
 
 def most_common_config(configs: list[dict]) -> dict:

@@ -25,13 +25,15 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+
 from data_prep.compact import DataError, load_manifest, load_split
 from data_prep.listops_roots import first_tokens, root_operator_rule
+from lra.run_files import COMMITTED_RUNS_NAME
 from lra_base.atomic import write_atomic
 from results.safe_read import UnsafeFile, read_limited
 
 RULES = {"listops": "root-operator rule"}
-COMMITTED_ROOT, USER_ROOT = Path("results/runs"), Path("outputs")
+COMMITTED_ROOT, USER_ROOT = Path(COMMITTED_RUNS_NAME), Path("outputs")
 
 
 def listops_rule(task_dir: Path, tag: str, command: str) -> dict:

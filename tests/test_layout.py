@@ -123,6 +123,10 @@ NOT_REPLACED_WHOLE = {
     ("lra/hydra_hooks.py", "os.open"): "a sweep's jobs.tsv is appended one line per write by parallel jobs",
     ("results/browser.py", "open"): "chromium's own log, streamed by the child process into its temporary profile",
     ("benchmarks/step_memory.py", "write_text"): "/proc/self/clear_refs is a kernel control file, not an output",
+    ("data_prep/_download.py", "open"): "a download's <file>.part is appended across runs (HTTP Range resume); it "
+                                        "takes the archive's name by one rename, only once its checks pass",
+    ("data_prep/_safe_extract.py", "open"): "archive members are written into a fresh staging folder that is renamed "
+                                            "into place whole, or removed (data_prep/_unpack.py)",
 }
 
 
@@ -256,3 +260,27 @@ def test_the_import_scan_sees_an_upward_import(tmp_path, monkeypatch):
     (tmp_path / "data_prep" / "x.py").write_text("import os\nfrom lra.build import build\nfrom . import y\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert imported_packages("data_prep") == {"lra": {"data_prep/x.py"}}
+
+
+def private_imports(package: str) -> list[str]:
+    """``file: module`` for every module of another suite package whose name starts with ``_`` that ``package``
+    imports: a helper shared across packages is public by name (``attention_zoo.first_order``)."""
+    found = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            for name in names:
+                parts = name.split(".")
+                if parts[0] in SUITE_PACKAGES and parts[0] != package and any(p.startswith("_") for p in parts[1:2]):
+                    found.append(f"{path.relative_to(ROOT)}: {name}")
+    return found
+
+
+@pytest.mark.parametrize("package", ["lra", "lra_base", "data_prep", "results"])
+def test_no_library_package_imports_another_packages_private_module(package):
+    assert private_imports(package) == []

@@ -11,19 +11,23 @@ the model is causal (``task.causal``) and scores every query position, so accura
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 import torch.nn.functional as F
-from data_prep.compact import CompactSplit
-from lra_base.errors import UserError
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 from torchmetrics.classification import MulticlassAccuracy
 
+from data_prep.compact import CompactSplit
+from lra_base.errors import UserError
+
 from ..data import CompactDataModule
 from ..module import ClassificationModule
+from ..settings import Model, Run, Task
+
+LRA_COLUMN = None  # not an LRA task: no column in LRA's tables (lra.task_facts)
+AVERAGED = False  # not in the LRA average
+LENGTH_VARYING = False  # every sequence has one length
 
 IGNORE = -100  # target at positions that are not queries
 BLANK = 1
@@ -90,21 +94,21 @@ class DataModule(CompactDataModule):
 
     @property
     def vocab_size(self) -> int:
-        return int(self.task["vocab_size"])
+        return int(self.task.own["vocab_size"])
 
     @property
     def num_classes(self) -> int:
-        return int(self.task["vocab_size"])
+        return int(self.task.own["vocab_size"])
 
     def setup(self, stage: str | None = None) -> None:
         if self.data:
             return
-        if self.task["num_classes"] != self.task["vocab_size"]:
+        if self.task.num_classes != self.task.own["vocab_size"]:
             raise UserError("ar: task.num_classes must equal task.vocab_size (the model predicts a token)")
-        data = self.task["data"]
-        shape = {k: int(self.task[k]) for k in ("seq_len", "num_pairs", "vocab_size")}
-        if shape["seq_len"] > int(self.task["max_len"]):
-            raise UserError(f"ar: task.seq_len={shape['seq_len']} exceeds task.max_len={self.task['max_len']}")
+        data = self.task.data.own  # split sizes and seed: the data is made here
+        shape = {k: int(self.task.own[k]) for k in ("seq_len", "num_pairs", "vocab_size")}
+        if shape["seq_len"] > self.task.max_len:
+            raise UserError(f"ar: task.seq_len={shape['seq_len']} exceeds task.max_len={self.task.max_len}")
         for i, split in enumerate(self.splits):
             self.data[split] = make_mqar(int(data[split]), seed=int(data["seed"]) + i, **shape)
 
@@ -119,16 +123,16 @@ class DataModule(CompactDataModule):
         return RecallDataset(split)
 
     @classmethod
-    def example_length(cls, task: dict[str, Any]) -> int:
-        return int(task["seq_len"])
+    def example_length(cls, task: Task) -> int:
+        return int(task.own["seq_len"])
 
     @classmethod
-    def example_batch(cls, task: dict[str, Any], batch_size: int, vocab_size: int,
+    def example_batch(cls, task: Task, batch_size: int, vocab_size: int,
                       generator: torch.Generator) -> dict[str, Tensor]:
         """Random tokens with a target at every position (``targets``), as ``stack_batch`` lays them out."""
         batch = super().example_batch(task, batch_size, vocab_size, generator)
         shape = batch["tokens"].shape
-        return {**batch, "targets": torch.randint(0, int(task["num_classes"]), shape, generator=generator)}
+        return {**batch, "targets": torch.randint(0, task.num_classes, shape, generator=generator)}
 
     def collate(self, items):
         return stack_batch(items)
@@ -139,13 +143,13 @@ class LitModule(ClassificationModule):
 
     fixed_pooling = "none"  # every position is read out
 
-    def __init__(self, cfg: dict[str, Any], vocab_size: int, num_classes: int):
-        super().__init__(cfg, vocab_size, num_classes)
+    def __init__(self, run: Run, vocab_size: int, num_classes: int):
+        super().__init__(run, vocab_size, num_classes)
         metric = MulticlassAccuracy(num_classes=num_classes, average="micro", ignore_index=IGNORE)
         self.train_acc, self.val_acc, self.test_acc = metric, metric.clone(), metric.clone()
 
-    def build_head(self, model: dict[str, Any], num_classes: int) -> nn.Module:
-        return nn.Linear(model["dim"], num_classes)
+    def build_head(self, model: Model, num_classes: int) -> nn.Module:
+        return nn.Linear(model.dim, num_classes)
 
     def model_step(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         logits = self(batch).flatten(0, 1)  # (B N, vocab)

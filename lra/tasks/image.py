@@ -8,6 +8,10 @@ from data_prep import image as converter
 from ..data import CompactDataModule, missing_source_message
 from ..module import ClassificationModule
 
+LRA_COLUMN = 4  # its column in LRA's tables (lra.task_facts)
+AVERAGED = True  # in the LRA average
+LENGTH_VARYING = False  # every sequence has one length
+
 
 class DataModule(CompactDataModule):
     """CIFAR-10 grey levels; every sequence has 1024 real tokens (a black pixel is id 0, not padding)."""

@@ -11,6 +11,10 @@ from ..data import GeneratedDataModule
 from ..module import ClassificationModule
 from ..record_compat import with_implicit
 
+LRA_COLUMN = 1  # its column in LRA's tables (lra.task_facts)
+AVERAGED = True  # in the LRA average
+LENGTH_VARYING = True  # sequences of many lengths: task.batching=length_grouped saves padding
+
 log = logging.getLogger(__name__)
 
 

@@ -13,6 +13,10 @@ from ..data import GeneratedDataModule
 from ..module import ClassificationModule
 from ..record_compat import with_implicit
 
+LRA_COLUMN = 5  # its column in LRA's tables (lra.task_facts)
+AVERAGED = True  # in the LRA average
+LENGTH_VARYING = False  # every sequence has one length
+
 log = logging.getLogger(__name__)
 
 

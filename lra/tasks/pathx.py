@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from . import pathfinder
 
+LRA_COLUMN = 6  # its column in LRA's tables (lra.task_facts)
+AVERAGED = False  # left out of the LRA average: no model of the paper solved it
+LENGTH_VARYING = False  # every sequence has one length
+
 
 class DataModule(pathfinder.DataModule):
     """Generated Path-X images; options as Pathfinder's."""

@@ -5,19 +5,23 @@ Data is converted from files the user supplies (``python -m data_prep retrieval`
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 import torch.nn.functional as F
-from data_prep import retrieval as converter
-from data_prep.compact import CompactSplit
-from lra_base.errors import UserError
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
+from data_prep import retrieval as converter
+from data_prep.compact import CompactSplit
+from lra_base.errors import UserError
+
 from ..data import CompactDataModule, missing_source_message, pad_batch
 from ..module import ClassificationModule
+from ..settings import Model, Task
+
+LRA_COLUMN = 3  # its column in LRA's tables (lra.task_facts)
+AVERAGED = True  # in the LRA average
+LENGTH_VARYING = True  # sequences of many lengths: task.batching=length_grouped saves padding
 
 
 class PairDataset(Dataset):
@@ -46,7 +50,7 @@ class DataModule(CompactDataModule):
     """AAN pairs from ``tokens``/``offsets`` and ``tokens2``/``offsets2`` of each split."""
 
     def rebuild_command(self) -> str:
-        return converter.prepare_command(self.root, max_length=max(converter.MAX_LENGTH, self.task["max_len"]))
+        return converter.prepare_command(self.root, max_length=max(converter.MAX_LENGTH, self.task.max_len))
 
     def missing_data_message(self) -> str:
         return missing_source_message(self.task_dir, converter.SOURCE_HELP, self.rebuild_command())
@@ -59,13 +63,13 @@ class DataModule(CompactDataModule):
                                 f"not retrieval data. Convert it again with: {self.rebuild_command()}")
 
     def make_dataset(self, split: CompactSplit) -> Dataset:
-        return PairDataset(split, self.task["max_len"])
+        return PairDataset(split, self.task.max_len)
 
     def collate(self, items):
-        return pad_pairs(items, int(self.task["data"]["pad_multiple"]))
+        return pad_pairs(items, self.task.data.pad_multiple)
 
     @classmethod
-    def example_batch(cls, task: dict[str, Any], batch_size: int, vocab_size: int,
+    def example_batch(cls, task: Task, batch_size: int, vocab_size: int,
                       generator: torch.Generator) -> dict[str, Tensor]:
         """Two full-length documents per example (``tokens``/``lengths`` and ``tokens2``/``lengths2``)."""
         batch = super().example_batch(task, batch_size, vocab_size, generator)
@@ -88,8 +92,8 @@ def pair_features(u: Tensor, v: Tensor) -> Tensor:
 class LitModule(ClassificationModule):
     """Dual encoder: the shared encoder embeds both documents in one pass over a 2B batch."""
 
-    def build_head(self, model: dict[str, Any], num_classes: int) -> nn.Module:
-        return DualHead(model["dim"], model["ffn_dim"], num_classes)
+    def build_head(self, model: Model, num_classes: int) -> nn.Module:
+        return DualHead(model.dim, model.ffn_dim, num_classes)
 
     def embed_pair(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """Pooled ``(u, v)``, each ``(B, dim)``: both documents right-padded to one width, encoded together."""

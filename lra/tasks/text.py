@@ -9,12 +9,16 @@ from lra_base.errors import UserError
 from ..data import CompactDataModule, missing_source_message
 from ..module import ClassificationModule
 
+LRA_COLUMN = 2  # its column in LRA's tables (lra.task_facts)
+AVERAGED = True  # in the LRA average
+LENGTH_VARYING = True  # sequences of many lengths: task.batching=length_grouped saves padding
+
 
 class DataModule(CompactDataModule):
     """IMDB bytes; refuses data stored shorter than ``task.max_len`` (it would be truncated silently)."""
 
     def rebuild_command(self) -> str:
-        return converter.prepare_command(self.root, max_length=max(converter.MAX_LENGTH, self.task["max_len"]))
+        return converter.prepare_command(self.root, max_length=max(converter.MAX_LENGTH, self.task.max_len))
 
     def missing_data_message(self) -> str:
         return missing_source_message(self.task_dir, converter.SOURCE_HELP, self.rebuild_command())
@@ -22,9 +26,9 @@ class DataModule(CompactDataModule):
     def prepare_data(self) -> None:
         super().prepare_data()
         stored = self.manifest()["source"].get("max_length", 0)
-        if stored and stored < self.task["max_len"]:
+        if stored and stored < self.task.max_len:
             raise UserError(f"{self.task_dir} holds reviews cut to {stored} bytes but task.max_len is "
-                            f"{self.task['max_len']}. Convert them again with: {self.rebuild_command()}")
+                            f"{self.task.max_len}. Convert them again with: {self.rebuild_command()}")
 
 
 class LitModule(ClassificationModule):

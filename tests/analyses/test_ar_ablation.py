@@ -14,13 +14,13 @@ def test_the_wide_row_at_two_m_and_three_seeds_is_nine_runs(tmp_path):
     assert {(r["setting"], r["method"], r.get("m")) for r in rows} == {
         ("width192", "based", None), ("width192", "llops", 256), ("width192", "llops", 64)}
     assert len(jobs) == 9
-    methods = sorted(cfg["attention"]["name"] for cfg, _ in jobs.values())
+    methods = sorted(run.attention.name for run, _ in jobs.values())
     assert methods == ["based"] * 3 + ["llops"] * 6
-    assert {cfg["model"]["dim"] for cfg, _ in jobs.values()} == {96}
-    assert {cfg["task"]["max_steps"] for cfg, _ in jobs.values()} == {3000}
-    assert sorted(cfg["seed"] for cfg, _ in jobs.values()) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
-    assert sorted(cfg["attention"].get("features") for cfg, _ in jobs.values()
-                  if cfg["attention"]["name"] == "llops") == [64, 64, 64, 256, 256, 256]
+    assert {run.model.dim for run, _ in jobs.values()} == {96}
+    assert {run.task.max_steps for run, _ in jobs.values()} == {3000}
+    assert sorted(run.seed for run, _ in jobs.values()) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert sorted(run.attention.options.get("features") for run, _ in jobs.values()
+                  if run.attention.name == "llops") == [64, 64, 64, 256, 256, 256]
 
 
 def test_every_setting_is_planned_by_default(tmp_path):

@@ -141,7 +141,7 @@ def test_an_unknown_variant_names_the_known_ones():
 def test_the_sketch_learning_rate_reaches_only_the_attentions_own_parameters():
     cfg = ar_scales.variant_config("based", 16, 0, 1e-3, ar_scales.QUICK)
     model, _, _ = ar_scales.build(cfg, probe_size=2)
-    rest, sketch = ar_scales.optimizer_for(model, cfg["task"]["optim"], 1e-5).param_groups
+    rest, sketch = ar_scales.optimizer_for(model, cfg.task.optim, 1e-5).param_groups
     attention = [m for m in model.modules() if isinstance(m, attention_zoo.get("based"))]
     assert {id(p) for p in sketch["params"]} == {id(p) for m in attention for p in m.parameters()}
     assert len(rest["params"]) + len(sketch["params"]) == len(list(model.parameters()))

@@ -97,18 +97,18 @@ def test_svd_bound_is_below_every_map_in_frobenius_error():
 
 
 def test_capture_reads_each_layers_query_and_key_per_head():
-    cfg = kernel_approx.model_config(3, quick=True)
-    vocab = int(cfg["task"]["vocab_size"])
-    model = kernel_approx.ar.LitModule(cfg, vocab, vocab).eval()
-    tokens = kernel_approx.capture_tokens(cfg, 3)  # (3, 64)
+    run = kernel_approx.model_config(3, quick=True)
+    vocab = int(run.task.own["vocab_size"])
+    model = kernel_approx.ar.LitModule(run, vocab, vocab).eval()
+    tokens = kernel_approx.capture_tokens(run, 3)  # (3, 64)
     captured = kernel_approx.capture_qk(model, tokens)
-    heads, head_dim = cfg["model"]["heads"], cfg["model"]["dim"] // cfg["model"]["heads"]
+    heads, head_dim = run.model.heads, run.model.dim // run.model.heads
     assert len(captured) == 3
     assert all(q.shape == k.shape == (heads, 3 * 64, head_dim) for q, k in captured)
     block = next(b for b in model.encoder.blocks if isinstance(b, AttentionBlock))
     with torch.no_grad():
         x = model.encoder.tokens(tokens) + model.encoder.positions.weight[:64]
-        q = block.qkv(block.norm(x))[..., : cfg["model"]["dim"]].unflatten(-1, (heads, head_dim))  # (B, N, H, hd)
+        q = block.qkv(block.norm(x))[..., : run.model.dim].unflatten(-1, (heads, head_dim))  # (B, N, H, hd)
     assert_close(q.permute(2, 0, 1, 3).flatten(1, 2), captured[0][0], ratio=1e-6)
     assert all(not b.attention._forward_pre_hooks for b in model.encoder.blocks if isinstance(b, AttentionBlock))
 

@@ -15,7 +15,7 @@ from analyses import listops_root
 from data_prep.compact import load_split
 from data_prep.listops_roots import first_tokens, root_operator_rule
 from lra import train
-from tests.lra.conftest import TINY, compose_config
+from tests.lra.conftest import TINY, compose_run
 
 FIRST = np.array([1, 1, 1, 1, 2, 2, 2, 2])
 LABELS = np.array([9, 9, 9, 4, 0, 0, 0, 3])
@@ -57,8 +57,8 @@ def test_the_sign_test_is_the_binomial_tail():
 
 
 def test_on_a_trained_run_the_numbers_are_the_recorded_and_the_files_ones(tmp_path):
-    cfg = compose_config(["attention=linear", "experiment=quick", f"data_dir={tmp_path / 'data'}", *TINY,
-                          "task.max_steps=6", "task.eval_every=3", "trainer.enable_progress_bar=false"])
+    cfg = compose_run(["attention=linear", "experiment=quick", f"data_dir={tmp_path / 'data'}", *TINY,
+                       "task.max_steps=6", "task.eval_every=3", "trainer.enable_progress_bar=false"])
     run_dir = tmp_path / "run"
     record = train.run(cfg, run_dir)
     assert record["status"] == "completed"
@@ -72,7 +72,7 @@ def test_on_a_trained_run_the_numbers_are_the_recorded_and_the_files_ones(tmp_pa
     assert [r["split"] for r in rows] == ["test", "val"]
     assert rows[0]["acc"] == pytest.approx(100 * record["metrics"]["test_acc"], abs=0.01) == rows[0]["recorded_acc"]
     assert rows[1]["acc"] == rows[1]["recorded_acc"]  # the best checkpoint's validation accuracy
-    task_dir = tmp_path / "moved" / Path(cfg["task"]["data"]["root"]).relative_to(tmp_path / "data") / "listops"
+    task_dir = tmp_path / "moved" / Path(cfg.task.data.root).relative_to(tmp_path / "data") / "listops"
     splits = {name: load_split(task_dir, name, rebuild_cmd="-") for name in ("train", "test")}
     (train_first, train_labels), (test_first, test_labels) = ((first_tokens(s), s.labels) for s in splits.values())
     assert rows[0]["rule"] == pytest.approx(100 * root_operator_rule(train_first, train_labels, test_first,

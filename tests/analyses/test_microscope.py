@@ -15,8 +15,8 @@ from analyses import _microscope_metrics as metrics
 from analyses._microscope_capture import capture, implicit_matrix, reproduction_error, softmax_matrix
 from analyses._microscope_models import finished_run
 from analyses.microscope import matrices_of, parse, trained_rows
-from lra.identity import identity
 from lra.model import Encoder
+from lra.record_compat import upgrade
 from results.microscope import write_microscope_tables
 
 REQUIRED = ("softmax", "linear", "performer", "nystrom", "based", "llops", "slay")
@@ -24,6 +24,7 @@ SMALL = {"nystrom": {"num_landmarks": 4}, "performer": {"features": 16, "seed": 
          "slay": {"num_prf_features": 4, "num_poly_features": 2}, "based": {"feature_dim": 4},
          "local": {"block_size": 4}, "bigbird": {"block_size": 4}, "longformer": {"window": 4},
          "sinkhorn": {"block_size": 4}, "reformer": {"chunk_len": 4}, "linformer": {"proj_dim": 8}}
+TRAINED = upgrade({"model": {"depth": 2, "dim": 16}})  # the run a checkpoint's rows name (depth, width)
 PARTIAL = ("flatten", "polaformer")  # their value conv (and gate) are not one N x N matrix
 
 
@@ -60,7 +61,7 @@ def test_matrix_times_v_is_the_modules_output(name):
 
 def test_softmax_against_itself_has_zero_error():
     layers = capture(Tiny("softmax").eval(), batch())
-    rows, drawn = trained_rows("softmax", {"model": {"depth": 2, "dim": 16}}, "ckpt", [[c] for c in layers], 4)
+    rows, drawn = trained_rows("softmax", TRAINED, "ckpt", [[c] for c in layers], 4)
     assert [r["layer"] for r in rows] == [0, 0, 1, 1, "all"]
     for row in rows:
         assert row["rel_error"] == 0.0
@@ -73,7 +74,7 @@ def test_softmax_against_itself_has_zero_error():
 @pytest.mark.parametrize("name", REQUIRED)
 def test_metrics_in_range(name):
     layers = capture(Tiny(name).eval(), batch())
-    rows, _ = trained_rows(name, {"model": {"depth": 2, "dim": 16}}, "ckpt", [[c] for c in layers], 4)
+    rows, _ = trained_rows(name, TRAINED, "ckpt", [[c] for c in layers], 4)
     for row in rows:
         assert 0.0 <= row["entropy_norm"] <= 1.0 + 1e-9 and 0.0 <= row["entropy_norm_softmax"] <= 1.0 + 1e-9
         assert 0.0 < row["top_k_mass"] <= 1.0 + 1e-9
@@ -136,16 +137,16 @@ def test_finished_run_matches_what_was_learned(tmp_path):
              "task": {"name": "listops", "data": {"root": "b", "seed": 0}}}
     record = {"status": "completed", "best_checkpoint": "/gone/best.ckpt", "config": moved}
     (run / "result.json").write_text(json.dumps(record))
-    assert identity(cfg) == identity(moved)
-    assert finished_run(cfg, [tmp_path]) == run / "checkpoints" / "best.ckpt"
-    assert finished_run({**cfg, "seed": 1}, [tmp_path]) is None
-    assert finished_run({**cfg, "trainer": {"max_steps": 6}}, [tmp_path]) is None  # trained for other steps
+    assert upgrade(cfg).identity() == upgrade(moved).identity()
+    assert finished_run(upgrade(cfg), [tmp_path]) == run / "checkpoints" / "best.ckpt"
+    assert finished_run(upgrade({**cfg, "seed": 1}), [tmp_path]) is None
+    assert finished_run(upgrade({**cfg, "trainer": {"max_steps": 6}}), [tmp_path]) is None  # trained other steps
     # a key added to conf/ after the run was recorded, that says how it ran, not what it learned
-    assert finished_run({**cfg, "model": {"dim": 8, "checkpoint_blocks": False}}, [tmp_path]) is None
+    assert finished_run(upgrade({**cfg, "model": {"dim": 8, "checkpoint_blocks": False}}), [tmp_path]) is None
     record["config"] = {**moved, "model": {"dim": 8}}
     (run / "result.json").write_text(json.dumps(record))
-    assert finished_run({**cfg, "model": {"dim": 8, "checkpoint_blocks": False}}, [tmp_path]) is not None
-    assert finished_run({**cfg, "model": {"dim": 16, "checkpoint_blocks": False}}, [tmp_path]) is None
+    assert finished_run(upgrade({**cfg, "model": {"dim": 8, "checkpoint_blocks": False}}), [tmp_path]) is not None
+    assert finished_run(upgrade({**cfg, "model": {"dim": 16, "checkpoint_blocks": False}}), [tmp_path]) is None
 
 
 def test_table_has_both_parts(tmp_path):

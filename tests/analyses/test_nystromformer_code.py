@@ -138,3 +138,19 @@ def test_the_record_holds_the_port_numbers_and_the_tables_show_them_beside_study
     assert "The port's own code on our data, this protocol (tag `nystromformer_code`" in study
     port_section = markdown.split("## tag `nystromformer_code`")[1].split("## tag")[0]
     assert "listops Δ (Nystromformer port)" in port_section
+
+
+def test_an_unfinished_record_says_how_to_resume_it(tiny, tmp_path):
+    """The port's run resumes with ``--train`` from its ``resume.pt``, not from a ``last.ckpt``: lra.md says so."""
+    from results.collect import collect
+
+    port, data = tiny
+    out = tmp_path / "runs" / "listops" / "softmax" / "seed1" / "nystromformer_code"
+    assert run(port, data, out, "--train", stop_at=7).returncode != 0
+    assert run(port, data, out, "--record").returncode == 1  # unfinished
+    record = json.loads((out / "result.json").read_text())
+    assert record["status"] == "interrupted" and "test_acc" not in record["metrics"]
+    assert record["resumes_with"].startswith("python -m analyses.nystromformer_code --port PORT --seed 1 --train")
+    _, problems = collect([tmp_path / "runs"])
+    assert [p.kind for p in problems] == ["unfinished"]
+    assert "--train (from logs/resume.pt)` resumes it" in problems[0].message and "last.ckpt" not in problems[0].message

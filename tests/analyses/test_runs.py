@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
+
 from analyses import _runs, ar_ablation
 from lra_base.errors import UserError
 
@@ -38,12 +40,12 @@ def test_the_same_setting_finds_its_runs_again(tmp_path):
 def test_a_completed_run_is_reused_only_under_its_own_config(tmp_path):
     cfg, run_dir = next(iter(planned(tmp_path).values()))
     run_dir.mkdir(parents=True)
-    record = {"task": "ar", "attention": "llops", "seed": 0, "status": "completed", "config": cfg,
+    record = {"task": "ar", "attention": "llops", "seed": 0, "status": "completed", "config": cfg.config(),
               "run_dir": "outputs/analyses/elsewhere"}  # trained in another clone, copied here
     (run_dir / "result.json").write_text(json.dumps(record))
     assert _runs.train_or_reuse(cfg, run_dir) == {**record, "run_dir": str(run_dir)}  # its curve is read here
     with pytest.raises(UserError, match="holds a completed run of other settings .* seed: 0 -> 1"):
-        _runs.train_or_reuse({**cfg, "seed": 1}, run_dir)
+        _runs.train_or_reuse(replace(cfg, seed=1), run_dir)
 
 
 def test_a_committed_copy_of_a_completed_run_is_reused_where_its_folder_is_empty(tmp_path, monkeypatch):
@@ -56,7 +58,7 @@ def test_a_committed_copy_of_a_completed_run_is_reused_where_its_folder_is_empty
     monkeypatch.setattr(_runs, "COMMITTED_RUNS", committed)
     cfg, run_dir = next(iter(planned(tmp_path / "outputs" / "analyses").values()))
     (run_dir / "csv").mkdir(parents=True)
-    record = {"task": "ar", "attention": "llops", "seed": 0, "status": "completed", "config": cfg,
+    record = {"task": "ar", "attention": "llops", "seed": 0, "status": "completed", "config": cfg.config(),
               "metrics": {"test_acc": 0.9}, "run_dir": str(run_dir)}
     (run_dir / "result.json").write_text(json.dumps(record))
     (run_dir / "csv" / "metrics.csv").write_text("step,val/acc\n9,0.2\n19,0.6\n29,0.9\n")
@@ -72,7 +74,7 @@ def test_a_committed_copy_of_a_completed_run_is_reused_where_its_folder_is_empty
     reused = _runs.train_or_reuse(cfg, run_dir)
     assert reused["metrics"] == {"test_acc": 0.9} and reused["run_dir"] == str(copy)
     assert ar_ablation.crossing_step(reused) == 19  # the copy's metrics.csv is its curve
-    assert _runs.reusable_record({**cfg, "rerun": True}, run_dir) is None
+    assert _runs.reusable_record(replace(cfg, rerun=True), run_dir) is None
     other = json.loads((copy / "result.json").read_text())
     other["config"]["task"]["max_steps"] += 1
     (copy / "result.json").write_text(json.dumps(other))

@@ -198,8 +198,8 @@ def test_cpu_and_cuda_drop_the_same_weights():
 @pytest.mark.parametrize("name", NAMES)
 def test_lra_original_experiments_set_it_from_model_attention_dropout(name):
     from lra.module import attention_factory
-    from tests.lra.conftest import compose_config
+    from tests.lra.conftest import compose_run
 
-    cfg = compose_config(["task=image", "experiment=lra_original", f"attention={name}"])
-    assert cfg["attention"]["dropout"] == 0.0 and cfg["model"]["attention_dropout"] == pytest.approx(0.2)
-    assert attention_factory(cfg, cfg["task"]["max_len"])().dropout == pytest.approx(0.2)
+    run = compose_run(["task=image", "experiment=lra_original", f"attention={name}"])
+    assert run.attention.options["dropout"] == 0.0 and run.model.attention_dropout == pytest.approx(0.2)
+    assert attention_factory(run)().dropout == pytest.approx(0.2)

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from attention_zoo import _recomputed_softmax as recomputed_softmax
-from attention_zoo._dropout_masks import apply_mask, effective_p, keep_mask, keep_scale
+from attention_zoo.dropout_masks import apply_mask, effective_p, keep_mask, keep_scale
 from attention_zoo.softmax import SoftmaxAttention, naive_softmax, prefix_lengths
 
 

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from benchmarks import processes
-from lra.checks import check_config
+from lra.settings import Run
 from tests.lra.conftest import compose_config
 
 
@@ -31,7 +31,7 @@ def test_the_ways_take_turns_and_each_round_is_paired(tmp_path, monkeypatch, cap
 
 @pytest.mark.parametrize("way", list(processes.WAYS))
 def test_each_way_is_a_valid_run_configuration(way):
-    check_config(compose_config(["task=listops", "attention=llops", *processes.WAYS[way][1]]))
+    Run.parse(compose_config(["task=listops", "attention=llops", *processes.WAYS[way][1]]))
 
 
 def test_a_run_of_no_steps_is_refused():

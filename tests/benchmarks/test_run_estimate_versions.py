@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
 from benchmarks import run_estimate_versions
 from tests.benchmarks.test_run_estimate import TINY
 

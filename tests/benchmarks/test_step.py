@@ -7,7 +7,7 @@ import pytest
 
 from benchmarks import step as step_bench
 from lra.build import example_batch
-from lra.config import compose
+from lra.config import compose_run
 
 
 def test_bench_step_times_each_task_and_attention_and_the_pass_through_model(tmp_path, capsys):
@@ -24,14 +24,14 @@ def test_bench_step_times_each_task_and_attention_and_the_pass_through_model(tmp
 
 
 def test_example_batches_are_full_length_real_tokens_laid_out_by_each_task():
-    cfg = compose(["task=listops", "attention=llops", "experiment=quick"])
-    batch = example_batch(cfg, 2, step_bench.VOCAB, step_bench.torch.Generator().manual_seed(0))
-    assert batch["tokens"].shape == (2, cfg["task"]["max_len"]) and (batch["tokens"] > 0).all()
-    pair = example_batch(compose(["task=retrieval", "experiment=quick"]), 2, 8, step_bench.torch.Generator())
+    run = compose_run(["task=listops", "attention=llops", "experiment=quick"])
+    batch = example_batch(run, 2, step_bench.VOCAB, step_bench.torch.Generator().manual_seed(0))
+    assert batch["tokens"].shape == (2, run.task.max_len) and (batch["tokens"] > 0).all()
+    pair = example_batch(compose_run(["task=retrieval", "experiment=quick"]), 2, 8, step_bench.torch.Generator())
     assert pair["tokens2"].shape == pair["tokens"].shape == (2, 256)  # the task lays out its own batches
-    ar = compose(["task=ar"])
+    ar = compose_run(["task=ar"])
     recall = example_batch(ar, 2, 8, step_bench.torch.Generator())
-    assert recall["targets"].shape == recall["tokens"].shape == (2, ar["task"]["seq_len"])
+    assert recall["targets"].shape == recall["tokens"].shape == (2, ar.task.own["seq_len"])
 
 
 def test_default_tasks_come_from_the_task_registry_up_to_the_longest_length():

@@ -8,7 +8,7 @@ import pytest
 
 from benchmarks import subnormals
 from lra import train
-from tests.lra.conftest import TINY, compose_config
+from tests.lra.conftest import TINY, compose_run
 
 
 def test_the_modes_take_turns_and_the_ratio_is_kept_over_flushed(tmp_path, monkeypatch, capsys):
@@ -39,9 +39,9 @@ def test_a_missing_checkpoint_is_named(tmp_path):
 
 
 def test_a_run_checkpoint_is_timed_trained_and_initialised(tmp_path):
-    cfg = compose_config(["attention=softmax", "experiment=quick", f"data_dir={tmp_path / 'data'}", *TINY,
-                          "task.max_steps=2", "trainer.enable_progress_bar=false"])
-    train.run(cfg, tmp_path / "run")
+    run = compose_run(["attention=softmax", "experiment=quick", f"data_dir={tmp_path / 'data'}", *TINY,
+                       "task.max_steps=2", "trainer.enable_progress_bar=false"])
+    train.run(run, tmp_path / "run")
     times = subnormals.measure(tmp_path / "run" / "checkpoints" / "last.ckpt", batches=1, data_dir=None)
     assert set(times) == {"trained", "initialised"} and all(0 < s < 60 for s in times.values())
 

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from data_prep import retrieval
 from data_prep.__main__ import main as data_prep_main
 from data_prep.compact import write_arrays, write_manifest, write_split
 from data_prep.listops import NUM_CLASSES, VOCAB
-from lra.checks import check_config
+from lra.settings import Run
 from lra.tasks.listops import DataModule
 from lra_base.errors import UserError
 from tests.data_prep.official_fixtures import aan_rows, imdb_reviews, write_aan, write_aclimdb
-from tests.lra.conftest import compose_config
+from tests.lra.conftest import compose_config, compose_run
 
 
 def test_retrieval_refuses_an_empty_eval_tsv_by_name(tmp_path, capsys):
@@ -52,7 +53,7 @@ def test_write_split_refuses_no_examples(tmp_path):
 ])
 def test_a_run_refuses_generator_sizes_below_one_before_any_work(override, message):
     with pytest.raises(UserError) as error:
-        check_config(compose_config(override.split()))
+        Run.parse(compose_config(override.split()))
     assert message in str(error.value)
 
 
@@ -67,7 +68,7 @@ def test_a_run_refuses_data_with_an_empty_validation_split(tmp_path):
         entries[split] = {**entry, "count": count, "max_length": 2 if count else 0, "min_length": 2 if count else 0}
     write_manifest(task_dir, task="listops", vocab=VOCAB, num_classes=NUM_CLASSES, splits=entries,
                    source={"import": "test"}, command="python -m data_prep listops")
-    module = DataModule(compose_config([f"data_dir={tmp_path}"]))
+    module = DataModule(compose_run([f"data_dir={tmp_path}"]))
     module.prepare_data()
     with pytest.raises(UserError) as error:
         module.setup()

@@ -7,11 +7,12 @@ import json
 
 import numpy as np
 import pytest
+
 from data_prep import listops
 from data_prep.compact import load_split
 from data_prep.listops import END_ID, generate_command
 from lra_base.errors import UserError
-from tests.lra.conftest import compose_config
+from tests.lra.conftest import compose_run
 
 SMALL = dict(train=40, val=5, test=5, min_length=10, max_length=40, seed=3)
 
@@ -46,6 +47,6 @@ def test_a_run_refuses_listops_made_with_the_other_bracket_setting(tmp_path):
 
     listops.generate(tmp_path, **SMALL, log=lambda _: None)
     options = [f"task.data.generate.{k}={v}" for k, v in SMALL.items()] + [f"data_dir={tmp_path}", "task.max_len=64"]
-    DataModule(compose_config(options)).prepare_data()  # same settings: accepted
+    DataModule(compose_run(options)).prepare_data()  # same settings: accepted
     with pytest.raises(UserError, match="close_brackets=False .the data has True."):
-        DataModule(compose_config(options + ["task.data.generate.close_brackets=false"])).prepare_data()
+        DataModule(compose_run(options + ["task.data.generate.close_brackets=false"])).prepare_data()

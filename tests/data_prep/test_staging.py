@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from data_prep.__main__ import main as data_prep_main
 from data_prep.compact import load_split
 from data_prep.staging import staged_task_dir
@@ -144,9 +145,9 @@ def test_run_py_generating_into_a_refused_folder_gets_one_line_not_a_traceback(t
     ``run.py`` prints in one line with exit 2 (an ``OSError`` there was a traceback)."""
     from lra.tasks.listops import DataModule
     from lra_base.errors import UserError
-    from tests.lra.conftest import TINY, compose_config
+    from tests.lra.conftest import TINY, compose_run
 
-    cfg = compose_config(["task=listops", "experiment=quick", f"data_dir={tmp_path / 'data'}", *TINY])
+    cfg = compose_run(["task=listops", "experiment=quick", f"data_dir={tmp_path / 'data'}", *TINY])
     fail_renames(monkeypatch, lambda source, target: source.name.endswith(".staging"))
     refused = r"listops: the new data could not replace this folder .*nothing was written there"
     with pytest.raises(UserError, match=refused):

@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 import lra.hydra_hooks  # noqa: F401  (registers the run-folder resolver that hydra.run.dir uses)
-from lra.config import CONF_DIR, compose
+from lra.config import CONF_DIR, compose, compose_run
+from lra.settings import Run
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF, compose_config = CONF_DIR, compose  # the names the tests import; one definition, in lra.config
+__all__ = ["CONF", "ROOT", "TINY", "compose_config", "compose_run", "tiny"]
 TINY = ["task.data.generate.train=160", "task.data.generate.val=64", "task.data.generate.test=64",
         "task.data.generate.min_length=20", "task.data.generate.max_length=60"]
 
@@ -28,10 +30,10 @@ def tiny_overrides(tiny_data_dir) -> list[str]:
     return ["experiment=quick", f"data_dir={tiny_data_dir}", *TINY]
 
 
-def tiny(data_dir, *overrides: str) -> dict:
-    """The resolved config of a 12-step quick linear run on the tiny ListOps under ``data_dir``."""
-    return compose_config(["attention=linear", "experiment=quick", f"data_dir={data_dir}", *TINY,
-                           "task.max_steps=12", "task.eval_every=4", "trainer.enable_progress_bar=false", *overrides])
+def tiny(data_dir, *overrides: str) -> Run:
+    """The ``Run`` of a 12-step quick linear run on the tiny ListOps under ``data_dir``."""
+    return compose_run(["attention=linear", "experiment=quick", f"data_dir={data_dir}", *TINY,
+                        "task.max_steps=12", "task.eval_every=4", "trainer.enable_progress_bar=false", *overrides])
 
 
 @pytest.fixture(scope="module")

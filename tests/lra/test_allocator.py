@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lra import allocator, train
-from tests.lra.conftest import TINY, compose_config
+from tests.lra.conftest import TINY, compose_run
 
 
 def resident_bytes() -> int:
@@ -49,9 +49,9 @@ def test_training_releases_freed_memory_only_while_it_keeps_it(tiny_data_dir, tm
     monkeypatch.setattr(allocator, "release_freed_memory", lambda: released.append(True))
     monkeypatch.setattr(train, "ReleaseFreedMemory", lambda: allocator.ReleaseFreedMemory(every=5))
     monkeypatch.setattr(train, "reuse_freed_memory", lambda: True)  # this process's malloc left as it is
-    cfg = compose_config(["attention=linear", "experiment=quick", f"data_dir={tiny_data_dir}", *TINY,
-                          "task.max_steps=12", "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=5",
-                          f"reuse_freed_memory={reuse}"])
+    cfg = compose_run(["attention=linear", "experiment=quick", f"data_dir={tiny_data_dir}", *TINY,
+                       "task.max_steps=12", "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=5",
+                       f"reuse_freed_memory={reuse}"])
     train.run(cfg, tmp_path)
     assert len(released) == (2 if reuse else 0)  # after steps 5 and 10
 

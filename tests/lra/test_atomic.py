@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+
 from lra_base.atomic import LinkRefused, TooLarge, atomic_output, read_regular, save_figure, write_atomic
 from tests.lra.conftest import ROOT, torchless_env
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import logging
 
 import pytest
+
 from data_prep import listops
-from lra.checks import check_config
 from lra.module import attention_factory
 from lra.overrides import check_added_keys, missing_plugin
+from lra.settings import Run
 from lra.tasks.listops import DataModule
 from lra_base.errors import UserError
-from tests.lra.conftest import TINY, compose_config
+from tests.lra.conftest import TINY, compose_config, compose_run
 
 
 @pytest.mark.parametrize("override, message", [
@@ -29,7 +30,7 @@ from tests.lra.conftest import TINY, compose_config
 ])
 def test_invalid_model_and_task_settings_are_refused_by_name(override, message):
     with pytest.raises(UserError) as error:
-        check_config(compose_config([override]))
+        Run.parse(compose_config([override]))
     assert message in str(error.value)
 
 
@@ -39,18 +40,17 @@ def test_invalid_model_and_task_settings_are_refused_by_name(override, message):
     ("attention.eps=small", "attention.eps='small': must be a number"),
 ])
 def test_attention_option_of_the_wrong_type_names_the_key(override, message):
-    cfg = compose_config(["attention=llops", override])
     with pytest.raises(UserError) as error:
-        attention_factory(cfg, 64)
+        Run.parse(compose_config(["attention=llops", override]))
     assert message in str(error.value)
 
 
 def test_float_options_take_integers():
-    attention_factory(compose_config(["attention=llops", "attention.eps=1"]), 64)
+    attention_factory(compose_run(["attention=llops", "attention.eps=1"]))()
 
 
 def listops_module(data_dir, *overrides: str) -> DataModule:
-    return DataModule(compose_config(["experiment=quick", f"data_dir={data_dir}", *TINY, *overrides]))
+    return DataModule(compose_run(["experiment=quick", f"data_dir={data_dir}", *TINY, *overrides]))
 
 
 def test_sequences_longer_than_max_len_are_refused_unless_truncation_is_asked_for(tiny_data_dir, caplog):
@@ -67,9 +67,9 @@ def test_sequences_longer_than_max_len_are_refused_unless_truncation_is_asked_fo
 
 
 def test_text_and_retrieval_truncate_by_protocol():
-    assert compose_config(["task=text"])["task"]["truncate"] is True
-    assert compose_config(["task=retrieval"])["task"]["truncate"] is True
-    assert compose_config(["task=listops"])["task"]["truncate"] is False  # the schema's default (lra.settings)
+    assert compose_run(["task=text"]).task.truncate is True
+    assert compose_run(["task=retrieval"]).task.truncate is True
+    assert compose_run(["task=listops"]).task.truncate is False  # the schema's default (lra.settings)
 
 
 def test_other_listops_names_the_differing_setting_and_imported_listops_is_accepted(tiny_data_dir, tmp_path):
@@ -119,9 +119,9 @@ def test_a_missing_sweeper_plugin_names_the_pip_extra():
 
 def test_an_experiment_without_settings_for_the_task_is_refused():
     with pytest.raises(UserError) as error:
-        check_config(compose_config(["task=ar", "experiment=quick"]))
+        Run.parse(compose_config(["task=ar", "experiment=quick"]))
     message = str(error.value)
     assert "experiment=quick has no settings for task=ar" in message
     assert "conf/experiment/quick/ar.yaml" in message and "listops" in message
-    check_config(compose_config(["task=listops", "experiment=quick"]))  # covered: no error
-    check_config(compose_config(["task=ar"]))  # no experiment: no error
+    Run.parse(compose_config(["task=listops", "experiment=quick"]))  # covered: no error
+    Run.parse(compose_config(["task=ar"]))  # no experiment: no error

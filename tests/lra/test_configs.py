@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 
 import attention_zoo
 from lra.module import attention_factory
-from tests.lra.conftest import CONF, compose_config
+from tests.lra.conftest import CONF, compose_config, compose_run
 
 TASKS = sorted(p.stem for p in (CONF / "task").glob("*.yaml"))
 ATTENTIONS = sorted(p.stem for p in (CONF / "attention").glob("*.yaml"))
@@ -33,9 +33,9 @@ def test_task_experiment_trainer_compose(task, experiment, trainer):
 
 @pytest.mark.parametrize("attention", ATTENTIONS)
 def test_attention_configs_build(attention):
-    cfg = compose_config([f"attention={attention}"])
-    assert cfg["attention"]["name"] == attention
-    build = attention_factory(cfg, cfg["task"]["max_len"])
+    run = compose_run([f"attention={attention}"])
+    assert run.attention.name == attention
+    build = attention_factory(run)
     assert build() is not build()  # a fresh module per block
 
 
@@ -49,7 +49,7 @@ def test_quick_preset_shortens_listops():
 
 def test_seeded_random_features_differ_per_layer_and_per_run_seed():
     def buffers(seed: int, layer: int):
-        make = attention_factory(compose_config(["attention=polysketch", f"seed={seed}"]), 64)
+        make = attention_factory(compose_run(["attention=polysketch", f"seed={seed}", "task.max_len=64"]))
         return [b.clone() for b in make(layer).buffers()]
 
     first = buffers(0, 0)

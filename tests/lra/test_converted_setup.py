@@ -4,12 +4,14 @@ fixed evaluation subsets, the quick presets and the lra_original experiments."""
 from __future__ import annotations
 
 import pytest
+
+from lra.settings import Run
 from lra.tasks import image as image_task
 from lra.tasks import retrieval as retrieval_task
 from lra.tasks import text as text_task
 from lra_base.errors import UserError
 from tests.data_prep.official_fixtures import convert_all
-from tests.lra.conftest import compose_config
+from tests.lra.conftest import compose_config, compose_run
 from tests.lra.test_run import run_py
 
 TASKS = {"text": text_task, "retrieval": retrieval_task, "image": image_task}
@@ -20,8 +22,8 @@ def data_root(tmp_path_factory):
     return convert_all(tmp_path_factory.mktemp("sources"), tmp_path_factory.mktemp("data"))
 
 
-def config(task: str, data_root, *overrides: str) -> dict:
-    return compose_config([f"task={task}", "experiment=quick", f"data_dir={data_root}", *overrides])
+def config(task: str, data_root, *overrides: str) -> Run:
+    return compose_run([f"task={task}", "experiment=quick", f"data_dir={data_root}", *overrides])
 
 
 @pytest.mark.parametrize("task", list(TASKS))
@@ -48,6 +50,7 @@ def test_missing_data_run_py_prints_the_command_without_traceback(tmp_path):
                     f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
     assert result.returncode == 2
     assert f"python -m data_prep text --source PATH --out {tmp_path / 'data'}" in result.stderr
+    assert f"python -m data_prep fetch text --out {tmp_path / 'data'}" in result.stderr  # run.py never downloads
     assert "aclImdb" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -57,7 +60,7 @@ def test_missing_data_run_py_prints_the_command_without_traceback(tmp_path):
     ("image", ["data_batch_1", "test_batch", "cifar-10-python.tar.gz"]),
 ])
 def test_missing_data_message_names_files_source_and_command(task, needs, tmp_path):
-    module = TASKS[task].DataModule(compose_config([f"task={task}", f"data_dir={tmp_path}"]))
+    module = TASKS[task].DataModule(compose_run([f"task={task}", f"data_dir={tmp_path}"]))
     with pytest.raises(UserError) as err:
         module.prepare_data()
     message = str(err.value)

@@ -7,18 +7,19 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+
 from lra import hydra_hooks
-from lra.checks import check_config
+from lra.checks import split_batch
 from lra.sampling import EpochSampler
-from lra.settings import micro_batch_size, trainer_arguments
+from lra.settings import Run
 from lra.tasks.listops import DataModule
 from lra_base.errors import UserError
-from tests.lra.conftest import TINY, compose_config
+from tests.lra.conftest import TINY, compose_config, compose_run
 
 
 def data_module(data_dir, world_size: int, *overrides: str, rank: int = 0) -> DataModule:
-    module = DataModule(compose_config(["experiment=quick", f"data_dir={data_dir}", *TINY, "task.batch_size=32",
-                                        *overrides]))
+    module = DataModule(compose_run(["experiment=quick", f"data_dir={data_dir}", *TINY, "task.batch_size=32",
+                                     *overrides]))
     module.trainer = SimpleNamespace(world_size=world_size, global_rank=rank)
     module.prepare_data()
     module.setup()
@@ -36,7 +37,7 @@ def test_the_ranks_of_a_step_together_take_the_batch_of_one_process(tiny_data_di
     loader = single.train_dataloader()
     loader.sampler.set_epoch(1)
     steps = cut(list(loader.sampler), 32)  # one process: the examples of each optimizer step
-    micro = single.cfg["task"]["micro_batches"]
+    micro = single.task.micro_batches
 
     ranks = []
     for rank in (0, 1):
@@ -80,7 +81,7 @@ def test_a_batch_that_the_processes_cannot_share_is_refused_by_name(tiny_data_di
         module.train_dataloader()
     assert ("task.batch_size=32 is the batch of one optimizer step over all processes: it must split into 3 "
             "process(es) x task.micro_batches=1 equal parts") in str(error.value)
-    assert micro_batch_size({"batch_size": 32, "micro_batches": 2}, processes=4) == 4
+    assert split_batch(32, 2, processes=4) == 4
 
 
 @pytest.mark.parametrize("devices, refused", [("3", True), ("[0,1,2]", True), ("2", False), ("auto", False)])
@@ -88,9 +89,9 @@ def test_the_config_check_refuses_it_where_the_config_names_the_device_count(dev
     cfg = compose_config(["task=listops", "trainer=ddp", f"trainer.devices={devices}"])
     if refused:
         with pytest.raises(UserError, match=r"task.batch_size=32 .* 3 process\(es\)"):
-            check_config(cfg)
+            Run.parse(cfg)
     else:
-        check_config(cfg)
+        Run.parse(cfg)
 
 
 def test_an_evaluation_split_smaller_than_the_processes_is_refused_by_name(tiny_data_dir):
@@ -128,8 +129,8 @@ def test_trainer_ddp_without_a_gpu_is_refused_with_the_cpu_preset_named(monkeypa
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     refused = "found no GPU .* one bf16-mixed process on the CPU: on a CPU use trainer=ddp_cpu"
     with pytest.raises(UserError, match=refused):
-        trainer_arguments(compose_config(["task=listops", "trainer=ddp"]))
-    assert trainer_arguments(compose_config(["task=listops", "trainer=ddp_cpu"]))["precision"] == "32-true"
-    assert trainer_arguments(compose_config(["task=listops", "trainer=ddp", "trainer.accelerator=cpu"]))
+        dict(compose_run(["task=listops", "trainer=ddp"]).trainer_arguments)
+    assert compose_run(["task=listops", "trainer=ddp_cpu"]).trainer_arguments["precision"] == "32-true"
+    assert compose_run(["task=listops", "trainer=ddp", "trainer.accelerator=cpu"]).trainer_arguments
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert trainer_arguments(compose_config(["task=listops", "trainer=ddp"]))["precision"] == "bf16-mixed"
+    assert compose_run(["task=listops", "trainer=ddp"]).trainer_arguments["precision"] == "bf16-mixed"

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+
 from lra.checks import check_memory
 from lra_base.errors import UserError
 from tests.lra.conftest import ROOT, TINY, compose_config, torchless_env

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from lra.record import new_record
 from lra.record_compat import old_experiment_spelling
-from tests.lra.conftest import CONF, compose_config
+from tests.lra.conftest import CONF, compose_config, compose_run
 from tests.lra.test_run import run_py
 
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
@@ -38,15 +38,15 @@ def test_per_task_files_sit_under_an_experiment_and_name_a_task():
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiment_and_task_compose_for_every_pair(name):
     for task in TASKS:
-        cfg = compose_config([f"experiment={name}", f"task={task}"])
+        cfg = compose_config([f"experiment={name}", f"task={task}"])  # composed (Run.parse refuses a task not covered)
         assert cfg["experiment"] == name and cfg["tag"] == name and cfg["task"]["name"] == task
 
 
 def test_the_per_task_file_is_applied_and_the_record_names_the_experiment(tmp_path):
-    cfg = compose_config(["experiment=lra_original", "task=text"])
-    assert cfg["model"]["dim"] == 256 and cfg["task"]["optim"]["schedule"] == "rsqrt"
-    assert new_record(cfg, tmp_path)["experiment"] == "lra_original"
-    assert new_record(compose_config(["task=text"]), tmp_path)["experiment"] is None
+    run = compose_run(["experiment=lra_original", "task=text"])
+    assert run.model.dim == 256 and run.task.optim.schedule == "rsqrt"
+    assert new_record(run, tmp_path)["experiment"] == "lra_original"
+    assert new_record(compose_run(["task=text"]), tmp_path)["experiment"] is None
 
 
 @pytest.mark.parametrize("argv,fix", [
@@ -78,8 +78,9 @@ def _sky_table() -> dict[str, list[str]]:
 @pytest.mark.parametrize("task", ["listops", "text", "retrieval", "image", "pathfinder"])
 def test_skyformer_port_runs_each_task_on_the_schedule_docs_protocol_gives(task):
     batch, lr, warmup, steps, every = _sky_table()[task]
-    optim = (cfg := compose_config(["experiment=skyformer_port", f"task={task}"]))["task"]["optim"]
-    assert cfg["task"]["batch_size"] == int(batch.split()[0]) and optim["lr"] == float(lr)
-    assert optim["warmup_steps"] == int(warmup) and cfg["task"]["max_steps"] == int(steps.rstrip("k")) * 1000
-    assert cfg["task"]["eval_every"] == int(every.split("/")[0]) and optim["schedule"] == "onecycle"
-    assert cfg["task"]["batch_size"] % cfg["task"]["micro_batches"] == 0
+    task_ = compose_run(["experiment=skyformer_port", f"task={task}"]).task
+    optim = task_.optim
+    assert task_.batch_size == int(batch.split()[0]) and optim.lr == float(lr)
+    assert optim.warmup_steps == int(warmup) and task_.max_steps == int(steps.rstrip("k")) * 1000
+    assert task_.eval_every == int(every.split("/")[0]) and optim.schedule == "onecycle"
+    assert task_.batch_size % task_.micro_batches == 0

@@ -7,12 +7,13 @@ import os
 import time
 
 import torch
+
 from data_prep.__main__ import main as data_prep_main
 from lra.train import run
 from lra_base.atomic import write_atomic
 from lra_base.leftovers import QUIET_S, remove_orphan_checkpoints
 from lra_base.lock import holding
-from tests.lra.conftest import compose_config
+from tests.lra.conftest import compose_run
 
 
 def left_by_a_dead_process(path, content: bytes = b"half a file") -> None:
@@ -49,7 +50,7 @@ def test_a_run_removes_what_a_killed_run_left_in_its_folder(tiny_overrides, tmp_
     left_by_a_dead_process(checkpoints / ".last.ckpt.abcd1234.tmp")
     left_by_a_dead_process(checkpoints / "best-step2.ckpt")  # saved after the last last.ckpt (there is none)
     left_by_a_dead_process(tmp_path / ".result.json.abcd1234.tmp")
-    record = run(compose_config(["attention=linear", "trainer=debug", *tiny_overrides]), tmp_path)
+    record = run(compose_run(["attention=linear", "trainer=debug", *tiny_overrides]), tmp_path)
     assert record["status"] == "completed"
     assert not (tmp_path / ".result.json.abcd1234.tmp").exists()
     assert not checkpoints.exists() or list(checkpoints.iterdir()) == []

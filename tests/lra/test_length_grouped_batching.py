@@ -7,11 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from lra.checks import check_config
+
 from lra.sampling import EpochSampler, LengthGroupedSampler
+from lra.settings import Run
 from lra.tasks.listops import DataModule
 from lra_base.errors import UserError
-from tests.lra.conftest import TINY, compose_config
+from tests.lra.conftest import TINY, compose_config, compose_run
 
 BATCH, POOL = 8, 3
 
@@ -110,8 +111,8 @@ def test_less_padding_than_random_batching_on_listops_like_lengths():
 
 
 def tiny_module(data_dir, *overrides: str) -> DataModule:
-    module = DataModule(compose_config(["experiment=quick", f"data_dir={data_dir}", *TINY,
-                                        "task.batching=length_grouped", "task.batch_size=32", *overrides]))
+    module = DataModule(compose_run(["experiment=quick", f"data_dir={data_dir}", *TINY,
+                                     "task.batching=length_grouped", "task.batch_size=32", *overrides]))
     module.prepare_data()
     module.setup()
     return module
@@ -148,8 +149,8 @@ def test_every_task_batches_at_random_by_default():
     for task in ("listops", "text", "retrieval", "image", "pathfinder", "pathx", "ar"):
         cfg = compose_config([f"task={task}"])
         assert cfg["task"]["batching"] == "random", task
-        check_config(cfg)
-    check_config(compose_config(["task=retrieval", "task.batching=length_grouped"]))
+        Run.parse(cfg)
+    Run.parse(compose_config(["task=retrieval", "task.batching=length_grouped"]))
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -163,5 +164,5 @@ def test_every_task_batches_at_random_by_default():
 ])
 def test_bad_batching_settings_are_refused_by_name(overrides, message):
     with pytest.raises(UserError) as error:
-        check_config(compose_config(overrides))
+        Run.parse(compose_config(overrides))
     assert message in str(error.value)

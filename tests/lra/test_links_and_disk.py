@@ -10,18 +10,20 @@ import logging
 
 import pytest
 import torch
+from torch.utils.tensorboard import SummaryWriter
+
+from lra.settings import Run
 from lra.train import run
 from lra_base.errors import UserError
 from lra_base.lock import LOCK_NAME, run_folder_lock
-from tests.lra.conftest import TINY, compose_config
-from torch.utils.tensorboard import SummaryWriter
+from tests.lra.conftest import TINY, compose_run
 
 SECRET = "victim: must stay as it is\n"
 
 
-def tiny(data_dir, *overrides: str) -> dict:
-    return compose_config(["attention=linear", "experiment=quick", f"data_dir={data_dir}", *TINY,
-                           "trainer.enable_progress_bar=false", *overrides])
+def tiny(data_dir, *overrides: str) -> Run:
+    return compose_run(["attention=linear", "experiment=quick", f"data_dir={data_dir}", *TINY,
+                        "trainer.enable_progress_bar=false", *overrides])
 
 
 def victim(tmp_path):

@@ -8,12 +8,13 @@ import csv
 
 import pytest
 import torch
+from pytorch_lightning.utilities.exceptions import SIGTERMException
+
 from lra.callbacks import CheckpointOnPreemption
-from lra.settings import trainer_arguments
+from lra.settings import Run
 from lra.train import run
 from lra_base.errors import UserError
-from pytorch_lightning.utilities.exceptions import SIGTERMException
-from tests.lra.conftest import TINY, compose_config, signal_at_step
+from tests.lra.conftest import TINY, compose_run, signal_at_step
 
 
 def val_rows(run_dir) -> list[tuple[int, float]]:
@@ -25,8 +26,8 @@ def test_micro_batches_train_like_the_whole_batch(tiny_data_dir, tmp_path):
     # 160 training trees in batches of 8: 20 steps an epoch, so 26 steps cross into a second epoch
     common = ["attention=linear", "experiment=quick", f"data_dir={tiny_data_dir}", *TINY, "model.dropout=0",
               "task.batch_size=8", "task.max_steps=26", "task.eval_every=13", "trainer.enable_progress_bar=false"]
-    whole = run(compose_config(common), tmp_path / "whole")
-    parts = run(compose_config([*common, "task.micro_batches=4"]), tmp_path / "parts")
+    whole = run(compose_run(common), tmp_path / "whole")
+    parts = run(compose_run([*common, "task.micro_batches=4"]), tmp_path / "parts")
     assert whole["status"] == parts["status"] == "completed"
     rows_whole, rows_parts = val_rows(tmp_path / "whole"), val_rows(tmp_path / "parts")
     assert [s for s, _ in rows_parts] == [s for s, _ in rows_whole] == [12, 25]  # optimizer steps, not parts
@@ -38,21 +39,21 @@ def test_micro_batches_train_like_the_whole_batch(tiny_data_dir, tmp_path):
 
 
 def test_micro_batches_scale_the_validation_interval_and_accumulate():
-    cfg = compose_config(["task=retrieval"])
-    assert cfg["task"]["micro_batches"] == 4 and cfg["task"]["batch_size"] == 32
-    args = trainer_arguments(cfg)
+    retrieval = compose_run(["task=retrieval"])
+    assert retrieval.task.micro_batches == 4 and retrieval.task.batch_size == 32
+    args = retrieval.trainer_arguments
     assert args["accumulate_grad_batches"] == 4
-    assert args["val_check_interval"] == 4 * cfg["task"]["eval_every"]
-    quick = trainer_arguments(compose_config(["task=retrieval", "experiment=quick"]))
+    assert args["val_check_interval"] == 4 * retrieval.task.eval_every
+    quick = compose_run(["task=retrieval", "experiment=quick"]).trainer_arguments
     assert "accumulate_grad_batches" not in quick and quick["val_check_interval"] == 500
     with pytest.raises(UserError, match=r"trainer.val_check_interval=0.5 \(a fraction of an epoch\)"):
-        trainer_arguments(compose_config(["task=retrieval", "trainer.val_check_interval=0.5"]))
+        compose_run(["task=retrieval", "trainer.val_check_interval=0.5"])
 
 
-def micro_config(data_dir) -> dict:
+def micro_config(data_dir) -> Run:
     """160 trees in batches of 32 as 2 parts of 16 (10 parts an epoch), validation every 7 steps."""
-    return compose_config(["attention=linear", "experiment=quick", f"data_dir={data_dir}", *TINY, "task.max_steps=20",
-                           "task.eval_every=7", "task.micro_batches=2", "trainer.enable_progress_bar=false"])
+    return compose_run(["attention=linear", "experiment=quick", f"data_dir={data_dir}", *TINY, "task.max_steps=20",
+                        "task.eval_every=7", "task.micro_batches=2", "trainer.enable_progress_bar=false"])
 
 
 def test_a_stop_between_the_parts_of_a_batch_waits_for_its_last_part_and_resumes_exactly(tiny_data_dir, tmp_path,
@@ -76,9 +77,9 @@ def test_a_stop_between_the_parts_of_a_batch_waits_for_its_last_part_and_resumes
 def test_every_step_has_all_its_parts_when_the_epoch_is_not_whole_batches(tmp_path):
     """150 trees in batches of 8 as 4 parts: each epoch trains 18 whole batches (its last 6 trees, different
     ones each epoch, are left out), so validation and checkpoints fall on optimizer steps in every epoch."""
-    cfg = compose_config(["attention=linear", "experiment=quick", f"data_dir={tmp_path / 'data'}", *TINY,
-                          "task.data.generate.train=150", "task.batch_size=8", "task.micro_batches=4",
-                          "task.max_steps=40", "task.eval_every=7", "trainer.enable_progress_bar=false"])
+    cfg = compose_run(["attention=linear", "experiment=quick", f"data_dir={tmp_path / 'data'}", *TINY,
+                       "task.data.generate.train=150", "task.batch_size=8", "task.micro_batches=4",
+                       "task.max_steps=40", "task.eval_every=7", "trainer.enable_progress_bar=false"])
     record = run(cfg, tmp_path / "run")
     assert record["status"] == "completed" and record["steps"] == 40
     assert [s for s, _ in val_rows(tmp_path / "run")] == [6, 13, 20, 27, 34]

@@ -12,7 +12,7 @@ import pytest
 
 from lra.train import run
 from tests.data_prep.official_fixtures import convert_all
-from tests.lra.conftest import TINY, compose_config
+from tests.lra.conftest import TINY, compose_run
 
 SHORT = ["task.max_steps=6", "task.eval_every=3", "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false"]
 PINNED = {
@@ -56,7 +56,7 @@ def overrides(tiny_data_dir, tmp_path_factory) -> dict[str, list[str]]:
 
 @pytest.mark.parametrize("name", list(PINNED))
 def test_six_steps_give_the_recorded_losses_and_metrics(name, overrides, tmp_path):
-    record = run(compose_config([*overrides[name], *SHORT]), tmp_path)
+    record = run(compose_run([*overrides[name], *SHORT]), tmp_path)
     with open(tmp_path / "csv" / "metrics.csv") as f:
         losses = [float(row["train/loss"]) for row in csv.DictReader(f) if row.get("train/loss")]
     losses_before, metrics_before = PINNED[name]

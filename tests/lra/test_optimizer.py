@@ -5,8 +5,10 @@ from __future__ import annotations
 import torch
 
 from lra.optimizer import adamw
+from lra.settings import Optim
 
-OPTIM = {"lr": 1e-3, "betas": [0.8, 0.99], "eps": 1e-6, "weight_decay": 0.05}
+OPTIM = Optim(lr=1e-3, weight_decay=0.05, betas=[0.8, 0.99], eps=1e-6, warmup_steps=0, schedule="linear",
+              cycle_steps=None)
 
 
 def test_it_takes_the_task_settings_and_is_fused_on_the_cpu():

@@ -10,7 +10,7 @@ from lra.model import Encoder
 from lra.module import attention_factory
 from lra.packing import Packing
 from tests.conftest import assert_close
-from tests.lra.conftest import compose_config
+from tests.lra.conftest import compose_run
 
 
 def test_pack_then_unpack_keeps_real_rows_and_zeroes_pads():
@@ -30,10 +30,10 @@ def test_without_padding_both_moves_are_views():
 
 
 def encoder(attention: str, pooling: str = "mean", dropout: float = 0.0, short_conv: int | None = None) -> Encoder:
-    cfg = compose_config([f"attention={attention}", "model.dim=32"])
+    run = compose_run([f"attention={attention}", "model.dim=32", "task.max_len=64"])
     torch.manual_seed(0)
     return Encoder(vocab_size=16, max_len=64, dim=32, depth=2, num_heads=2, ffn_dim=64, dropout=dropout,
-                   make_attention=attention_factory(cfg, 64), pooling=pooling, short_conv=short_conv)
+                   make_attention=attention_factory(run), pooling=pooling, short_conv=short_conv)
 
 
 @pytest.mark.parametrize("attention", ["softmax", "linear", "llops", "based"])

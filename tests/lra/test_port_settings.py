@@ -3,15 +3,18 @@ cycling, and the ListOps-study experiments that switch them on."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
-from lra.checks import check_config
+
 from lra.model import Encoder, masked_mean, padded_mean
 from lra.module import attention_factory
 from lra.schedules import scheduler
+from lra.settings import Optim, Run
 from lra_base.errors import UserError
 from tests.conftest import assert_close
-from tests.lra.conftest import compose_config
+from tests.lra.conftest import compose_config, compose_run
 
 
 def flat(config: dict, prefix: str = "") -> dict:
@@ -24,12 +27,17 @@ def flat(config: dict, prefix: str = "") -> dict:
     return out
 
 
+def onecycle(**settings) -> Optim:
+    """``task.optim`` of the default run on the onecycle schedule, ``settings`` over it."""
+    return replace(compose_run([]).task.optim, schedule="onecycle", **settings)
+
+
 def test_onecycle_is_torchs_with_the_ports_arguments():
     """Nystromformer LRA run_tasks.py: OneCycleLR(max_lr=lr, pct_start=warmup/steps, linear) from lr/25 to a peak
     at step warmup-1, then down to lr/25/1e4; Adam's beta1 0.95 -> 0.85 -> 0.95."""
     weight = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.AdamW([weight], lr=1e-4, betas=(0.9, 0.999))
-    schedule = scheduler(optimizer, {"schedule": "onecycle", "warmup_steps": 100, "lr": 1e-4}, 500)
+    schedule = scheduler(optimizer, onecycle(warmup_steps=100, lr=1e-4), 500)
     rates, beta1 = [], []
     for _ in range(500):
         rates.append(optimizer.param_groups[0]["lr"])
@@ -46,8 +54,7 @@ def test_onecycle_is_torchs_with_the_ports_arguments():
 def test_onecycle_without_momentum_cycling_keeps_the_betas():
     weight = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.AdamW([weight], lr=1e-3, betas=(0.9, 0.999))
-    schedule = scheduler(optimizer, {"schedule": "onecycle", "warmup_steps": 5, "lr": 1e-3,
-                                     "cycle_momentum": False}, 20)
+    schedule = scheduler(optimizer, onecycle(warmup_steps=5, lr=1e-3, cycle_momentum=False), 20)
     for _ in range(10):
         optimizer.step()
         schedule.step()
@@ -55,20 +62,17 @@ def test_onecycle_without_momentum_cycling_keeps_the_betas():
 
 
 def test_onecycle_needs_a_warmup_shorter_than_the_run(tiny_overrides):
-    from lra.tasks.listops import LitModule
-
-    cfg = compose_config(["attention=linear", "task.optim.schedule=onecycle", *tiny_overrides,
-                          "task.max_steps=10", "task.optim.warmup_steps=10"])
     with pytest.raises(UserError, match="warmup_steps .10. < max_steps .10."):
-        LitModule(cfg, 20, 10)
+        compose_run(["attention=linear", "task.optim.schedule=onecycle", *tiny_overrides, "task.max_steps=10",
+                     "task.optim.warmup_steps=10"])
 
 
 @pytest.mark.parametrize("std", [None, 0.02])
 def test_embedding_init_std(std):
-    cfg = compose_config(["model.dim=32"])
+    run = compose_run(["model.dim=32", "task.max_len=512"])
     torch.manual_seed(0)
     enc = Encoder(vocab_size=300, max_len=512, dim=32, depth=1, num_heads=2, ffn_dim=64, dropout=0.0,
-                  make_attention=attention_factory(cfg, 512), embed_init_std=std)
+                  make_attention=attention_factory(run), embed_init_std=std)
     expected = 1.0 if std is None else std
     for table in (enc.tokens.weight, enc.positions.weight):
         # 9,600+ draws: the sample std is within ~1% of the drawing std
@@ -79,9 +83,9 @@ def test_padded_mean_is_the_masked_sum_over_max_len_and_ignores_padding():
     x = torch.randn(2, 5, 3)
     mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
     assert_close(padded_mean(x, mask, 8), masked_mean(x, mask) * torch.tensor([[3 / 8], [5 / 8]]), ratio=1e-6)
-    cfg = compose_config(["attention=softmax", "model.dim=32"])
+    run = compose_run(["attention=softmax", "model.dim=32", "task.max_len=64"])
     enc = Encoder(vocab_size=16, max_len=64, dim=32, depth=2, num_heads=2, ffn_dim=64, dropout=0.0,
-                  make_attention=attention_factory(cfg, 64), pooling="padded_mean").eval()
+                  make_attention=attention_factory(run), pooling="padded_mean").eval()
     tokens = torch.randint(1, 16, (1, 20))
     padded = torch.cat([tokens, torch.randint(0, 16, (1, 25))], dim=1)
     assert_close(enc(tokens, torch.tensor([20])), enc(padded, torch.tensor([20])), ratio=1e-5)
@@ -94,7 +98,7 @@ def test_padded_mean_is_the_masked_sum_over_max_len_and_ignores_padding():
 ])
 def test_bad_port_settings_are_refused_by_name(override, message):
     with pytest.raises(UserError, match=message.replace("(", r"\(")):
-        check_config(compose_config([override]))
+        Run.parse(compose_config([override]))
 
 
 PORT_LR = {"task.optim.lr": 1e-4}  # the ports'; ListOps' default is 1e-3 since the study
@@ -122,4 +126,4 @@ def test_study_experiments_change_only_their_settings(experiment, changed):
     study = flat(compose_config(["task=listops", f"experiment={experiment}"]))
     differing = {key: study[key] for key in study if study[key] != base.get(key)}
     assert differing == {**changed, "experiment": experiment, "tag": experiment}
-    check_config(compose_config(["task=listops", f"experiment={experiment}"]))
+    Run.parse(compose_config(["task=listops", f"experiment={experiment}"]))

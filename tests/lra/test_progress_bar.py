@@ -14,16 +14,17 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lra.callbacks import CheckpointOnPreemption
 from lra.checkpoints import resume_point
+from lra.settings import Run
 from lra.train import run
-from tests.lra.conftest import TINY, compose_config, signal_at_step
+from tests.lra.conftest import TINY, compose_run, signal_at_step
 
 STEPS = 12
 FRAME = re.compile(r"step:\s+\d+%\|[^|]*\|\s*(\d+)/(\d+)")  # "step:  50%|█████     | 6/12 [..., 3.1step/s, ...]"
 
 
-def config(data_dir) -> dict:
-    return compose_config(["attention=linear", "experiment=quick", f"data_dir={data_dir}", *TINY,
-                           f"task.max_steps={STEPS}", "task.eval_every=5", "trainer.enable_progress_bar=true"])
+def config(data_dir) -> Run:
+    return compose_run(["attention=linear", "experiment=quick", f"data_dir={data_dir}", *TINY,
+                        f"task.max_steps={STEPS}", "task.eval_every=5", "trainer.enable_progress_bar=true"])
 
 
 def step_frames(rendered: str) -> list[tuple[int, int]]:

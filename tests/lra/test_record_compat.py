@@ -9,6 +9,7 @@ import pytest
 
 from lra.config import CONF_DIR
 from lra.record_compat import IMPLICIT, experiment_for, recorded_experiment, with_implicit
+from lra.settings import Run
 from results.collect import collect
 from results.protocol import FROM_CONF, MOST_COMMON, compose_protocol
 from tests.results.records import write_record
@@ -109,12 +110,13 @@ def test_a_manifest_from_before_a_generator_option_was_made_with_its_implicit_va
     config["task"]["data"]["generate"].update(sizes)
     source = {k: v for k, v in config["task"]["data"]["generate"].items() if k not in (*sizes, "close_brackets")}
     manifest = {"source": source, "splits": {k: {"count": v} for k, v in sizes.items()}}  # before close_brackets
-    assert listops.DataModule(config).stale_data_message(manifest) is None
+    assert listops.DataModule(Run.parse(config)).stale_data_message(manifest) is None
     config["task"]["data"]["generate"]["close_brackets"] = False
-    assert "close_brackets=False (the data has True)" in listops.DataModule(config).stale_data_message(manifest)
+    assert "close_brackets=False (the data has True)" in listops.DataModule(Run.parse(config)).stale_data_message(
+        manifest)
     config = compose_protocol("default", "pathfinder")
     options = config["task"]["data"]["generate"]
     manifest = {"source": {"count": options["count"], "seed": options["seed"]}, "command": "(old)"}  # hard only
-    assert pathfinder.DataModule(config).stale_data_message(manifest) is None
+    assert pathfinder.DataModule(Run.parse(config)).stale_data_message(manifest) is None
     options["contour_length"] = 6
-    assert "--contour-length 6" in pathfinder.DataModule(config).stale_data_message(manifest)
+    assert "--contour-length 6" in pathfinder.DataModule(Run.parse(config)).stale_data_message(manifest)

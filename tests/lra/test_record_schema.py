@@ -7,14 +7,14 @@ import json
 import pytest
 
 from analyses.record import write_analysis_record
-from lra.record import REQUIRED_FIELDS, AnalysisRecord, RunIdentity, RunRecord, new_record
+from lra.record import REQUIRED_FIELDS, AnalysisRecord, RequiredFields, RunRecord, new_record
 from results.collect import MalformedRecord, read_record
-from tests.lra.conftest import compose_config
+from tests.lra.conftest import compose_run
 
 
 def test_a_new_run_record_holds_declared_fields_only(tmp_path):
-    record = new_record(compose_config(["task=listops", "attention=linear"]), tmp_path)
-    assert set(RunIdentity.__annotations__) <= set(record) <= set(RunRecord.__annotations__)
+    record = new_record(compose_run(["task=listops", "attention=linear"]), tmp_path)
+    assert set(RequiredFields.__annotations__) <= set(record) <= set(RunRecord.__annotations__)
 
 
 def test_an_analysis_record_holds_exactly_the_declared_fields(tmp_path):

@@ -13,17 +13,19 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+
 from lra.callbacks import StopOnDivergence
 from lra.module import ClassificationModule
+from lra.settings import Run
 from lra.train import run
 from lra_base.errors import Diverged, UserError
 from lra_base.lock import LOCK_NAME, run_folder_lock
-from tests.lra.conftest import TINY, compose_config
+from tests.lra.conftest import TINY, compose_run
 
 
-def tiny(data_dir, *overrides: str) -> dict:
-    return compose_config(["attention=linear", "experiment=quick", f"data_dir={data_dir}", *TINY,
-                           "trainer.enable_progress_bar=false", *overrides])
+def tiny(data_dir, *overrides: str) -> Run:
+    return compose_run(["attention=linear", "experiment=quick", f"data_dir={data_dir}", *TINY,
+                        "trainer.enable_progress_bar=false", *overrides])
 
 
 def test_a_second_run_in_a_busy_folder_stops_and_a_stale_lock_does_not_block(tiny_data_dir, tmp_path):

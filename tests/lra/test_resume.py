@@ -18,8 +18,9 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lra.callbacks import CheckpointOnPreemption, stop_signal
 from lra.sampling import EpochSampler
+from lra.settings import Run
 from lra.train import run
-from tests.lra.conftest import ROOT, TINY, compose_config, signal_at_step
+from tests.lra.conftest import ROOT, TINY, compose_run, signal_at_step
 
 
 def test_epoch_sampler_is_a_function_of_seed_and_epoch_and_resumes_mid_epoch():
@@ -126,11 +127,11 @@ def test_ctrl_c_saves_a_checkpoint_prints_the_rerun_command_and_exits_130(tiny_d
 LOG_EVERY = 2
 
 
-def in_process_config(data_dir) -> dict:
+def in_process_config(data_dir) -> Run:
     """``command``'s run, shorter: 160 examples in batches of 32 (5 per epoch), validation every 7 steps."""
-    return compose_config(["attention=linear", "experiment=quick", f"data_dir={data_dir}", *TINY, "task.max_steps=40",
-                           "task.eval_every=7", "trainer.enable_progress_bar=false",
-                           f"trainer.log_every_n_steps={LOG_EVERY}"])
+    return compose_run(["attention=linear", "experiment=quick", f"data_dir={data_dir}", *TINY, "task.max_steps=40",
+                        "task.eval_every=7", "trainer.enable_progress_bar=false",
+                        f"trainer.log_every_n_steps={LOG_EVERY}"])
 
 
 @pytest.fixture(scope="module")

@@ -8,14 +8,15 @@ import os
 import subprocess
 import sys
 
-import attention_zoo
 import pytest
 import torch
+
+import attention_zoo
 from lra.callbacks import CheckpointOnPreemption
 from lra.record import RunRecord
 from lra.train import run
 from lra_base.errors import UserError, refused_before_training
-from tests.lra.conftest import ROOT, TINY, compose_config, tiny, torchless_env
+from tests.lra.conftest import ROOT, TINY, compose_run, tiny, torchless_env
 
 
 def run_py(*args: str, cwd) -> subprocess.CompletedProcess:
@@ -26,8 +27,7 @@ def run_py(*args: str, cwd) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("attention", attention_zoo.available())
 def test_fast_dev_run_per_attention(attention, tiny_overrides, tmp_path):
-    cfg = compose_config([f"attention={attention}", "trainer=debug", *tiny_overrides])
-    record = run(cfg, tmp_path)
+    record = run(compose_run([f"attention={attention}", "trainer=debug", *tiny_overrides]), tmp_path)
     saved = json.loads((tmp_path / "result.json").read_text())
     assert saved["status"] == record["status"] == "completed"
     assert saved["attention"] == attention and saved["task"] == "listops"
@@ -36,8 +36,7 @@ def test_fast_dev_run_per_attention(attention, tiny_overrides, tmp_path):
 
 
 def test_training_checkpoints_best_validation_and_tests_it(tiny_overrides, tmp_path):
-    cfg = compose_config(["attention=linear", "task.max_steps=8", "task.eval_every=4", *tiny_overrides])
-    record = run(cfg, tmp_path)
+    record = run(compose_run(["attention=linear", "task.max_steps=8", "task.eval_every=4", *tiny_overrides]), tmp_path)
     assert record["steps"] == 8
     best = record["best_checkpoint"]
     assert best and os.path.exists(best) and (tmp_path / "checkpoints" / "last.ckpt").exists()
@@ -53,11 +52,10 @@ def test_training_checkpoints_best_validation_and_tests_it(tiny_overrides, tmp_p
     assert set(json.loads((tmp_path / "result.json").read_text())) <= set(RunRecord.__annotations__)
 
 
-def test_settings_refused_by_run_leave_no_record(tiny_overrides, tmp_path):
-    cfg = compose_config(["attention=softmax", "trainer=debug", "model.heads=3", *tiny_overrides])
-    with pytest.raises(UserError, match="not divisible by model.heads=3") as error:
-        run(cfg, tmp_path)
-    assert refused_before_training(error.value) and not (tmp_path / "result.json").exists()
+def test_settings_are_refused_before_a_run_exists(tiny_overrides):
+    """Bad settings never reach ``lra.train.run``: the ``Run`` they would make is refused as it is parsed."""
+    with pytest.raises(UserError, match="not divisible by model.heads=3"):
+        compose_run(["attention=softmax", "trainer=debug", "model.heads=3", *tiny_overrides])
 
 
 def test_a_user_error_during_training_leaves_a_failed_record(tiny_data_dir, tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 import torch
+
 from data_prep.listops import generate, import_tsv
 from lra.data_identity import data_identity, describe_data, task_data_dir
 from lra.train import run
@@ -67,7 +68,7 @@ def test_rerun_true_trains_the_folder_again_on_the_other_data(interrupted, other
 def test_a_completed_folder_is_not_answered_for_other_data(tiny_data_dir, other_data_dir, tmp_path):
     cfg = tiny(tiny_data_dir)
     record = {"task": "listops", "attention": "linear", "seed": 0, "tag": "quick", "experiment": "quick",
-              "status": "completed", "metrics": {"test_acc": 0.2}, "config": cfg,
+              "status": "completed", "metrics": {"test_acc": 0.2}, "config": cfg.config(),
               "data": data_identity(task_data_dir(cfg))}
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "result.json").write_text(json.dumps(record))

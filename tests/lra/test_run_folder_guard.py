@@ -10,11 +10,12 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-import lra.hydra_hooks
 import pytest
 from hydra.types import RunMode
-from lra_base.lock import run_folder_lock
 from omegaconf import OmegaConf
+
+import lra.hydra_hooks
+from lra_base.lock import run_folder_lock
 from results.__main__ import main as results_main
 from tests.lra.conftest import ROOT, TINY, compose_config, torchless_env
 from tests.lra.test_run import run_py

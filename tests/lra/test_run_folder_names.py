@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from lra.checks import check_config
+
+from lra.settings import Run
 from lra_base.errors import UserError
 from tests.lra.conftest import ROOT, compose_config, torchless_env
 
@@ -52,11 +53,11 @@ def test_the_settings_check_refuses_names_that_are_not_one_folder(section, key, 
     cfg = compose_config(SHORT)
     (cfg[section] if section else cfg)[key] = value
     with pytest.raises(UserError, match="is not one plain folder name"):
-        check_config(cfg)
+        Run.parse(cfg)
 
 
 def test_plain_names_pass():
-    check_config(compose_config([*SHORT, "tag=my_study-2.b", "seed=3"]))
+    Run.parse(compose_config([*SHORT, "tag=my_study-2.b", "seed=3"]))
 
 
 TWELVE = ["task.optim.lr=0.00123456789", "task.optim.weight_decay=0.0123456789", "task.optim.eps=1.23456789e-09",
@@ -68,6 +69,7 @@ TWELVE = ["task.optim.lr=0.00123456789", "task.optim.weight_decay=0.0123456789",
 def run_dir_name(*overrides: str, whole: bool = False) -> str:
     """The run folder's name (``whole``: its path) that ``run.py`` would give these overrides."""
     from hydra import compose, initialize_config_dir
+
     from lra.config import CONF_DIR
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):

@@ -8,14 +8,16 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from lra.identity import differences, identity, identity_digest
+
+from lra.record_compat import upgrade
 from lra.train import run
 from lra_base.errors import UserError
-from tests.lra.conftest import CONF, ROOT, TINY, compose_config, tiny, torchless_env
+from tests.lra.conftest import CONF, ROOT, TINY, compose_run, tiny, torchless_env
 
 
 def run_dir_of(*overrides: str) -> str:
@@ -28,32 +30,34 @@ QUICK = ("task=listops", "attention=linear", "experiment=quick")
 
 
 def test_the_identity_holds_what_changes_the_numbers_and_nothing_else():
-    quick = compose_config(list(QUICK))
-    moved = compose_config([*QUICK, "data_dir=/elsewhere", "task.data.num_workers=3", "trainer.devices=1",
-                            "trainer.enable_progress_bar=false", "model.checkpoint_blocks=true", "rerun=true",
-                            "tag=mine"])
-    assert identity(moved) == identity(quick) and identity_digest(moved) == identity_digest(quick)
-    assert len(identity_digest(quick)) == 12 and identity(quick)["task.optim.lr"] == 0.001
-    assert "task.data.root" not in identity(quick) and "model.qkv_dim" not in identity(quick)  # where; null
-    debug = compose_config([*QUICK, "trainer=debug"])
-    assert ("trainer.fast_dev_run", "<absent>", 2) in differences(quick, debug)
-    older = {**quick, "model": {k: v for k, v in quick["model"].items() if k != "attention_dropout"}}
-    assert differences(older, quick) == []  # a key added to conf/ later: the value older runs used
+    quick = compose_run(list(QUICK))
+    moved = compose_run([*QUICK, "data_dir=/elsewhere", "task.data.num_workers=3", "trainer.devices=1",
+                         "trainer.enable_progress_bar=false", "model.checkpoint_blocks=true", "rerun=true",
+                         "tag=mine"])
+    assert moved.identity() == quick.identity() and moved.digest() == quick.digest()
+    assert len(quick.digest()) == 12 and quick.identity()["task.optim.lr"] == 0.001
+    assert "task.data.root" not in quick.identity() and "model.qkv_dim" not in quick.identity()  # where; null
+    debug = compose_run([*QUICK, "trainer=debug"])
+    assert ("trainer.fast_dev_run", "<absent>", 2) in quick.differences(debug)
+    config = quick.config()
+    older = upgrade({**config, "model": {k: v for k, v in config["model"].items() if k != "attention_dropout"}})
+    assert older.differences(quick) == []  # a key added to conf/ later: the value older runs used
 
 
 def test_micro_batches_count_and_their_whole_batch_value_keeps_the_digests_of_earlier_runs():
     """A batch in parts draws other dropout masks than the whole batch (issue 58, point 4): ``task.micro_batches``
     is part of the identity; at 1 (the whole batch, what every run before had) it is absent, so their digests stay,
     and a record or checkpoint without the key compares as 1."""
-    quick, parts = compose_config(list(QUICK)), compose_config([*QUICK, "task.micro_batches=2"])
-    assert identity(parts)["task.micro_batches"] == 2 and "task.micro_batches" not in identity(quick)
-    assert identity_digest(parts) != identity_digest(quick)
-    assert differences(quick, parts) == [("task.micro_batches", 1, 2)]
-    older = {**quick, "task": {k: v for k, v in quick["task"].items() if k != "micro_batches"}}
-    assert differences(older, quick) == [] and differences(older, parts) == [("task.micro_batches", 1, 2)]
-    retrieval = compose_config(["task=retrieval"])  # its protocol computes each batch in 4 parts
-    assert identity(retrieval)["task.micro_batches"] == 4
-    assert differences(retrieval, compose_config(["task=retrieval", "task.micro_batches=1"])) == [
+    quick, parts = compose_run(list(QUICK)), compose_run([*QUICK, "task.micro_batches=2"])
+    assert parts.identity()["task.micro_batches"] == 2 and "task.micro_batches" not in quick.identity()
+    assert parts.digest() != quick.digest()
+    assert quick.differences(parts) == [("task.micro_batches", 1, 2)]
+    config = quick.config()
+    older = upgrade({**config, "task": {k: v for k, v in config["task"].items() if k != "micro_batches"}})
+    assert older.differences(quick) == [] and older.differences(parts) == [("task.micro_batches", 1, 2)]
+    retrieval = compose_run(["task=retrieval"])  # its protocol computes each batch in 4 parts
+    assert retrieval.identity()["task.micro_batches"] == 4
+    assert retrieval.differences(compose_run(["task=retrieval", "task.micro_batches=1"])) == [
         ("task.micro_batches", 4, 1)]
 
 
@@ -108,8 +112,8 @@ def test_a_changed_experiment_yaml_between_interrupt_and_resume_is_refused(inter
                                                                            monkeypatch):
     """The same command after conf/experiment/quick/listops.yaml's lr changed: the composed config differs."""
     folder = copy_of(interrupted, tmp_path)
-    changed = tiny(tiny_data_dir)
-    changed["task"]["optim"]["lr"] = 0.05
+    quick = tiny(tiny_data_dir)
+    changed = replace(quick, task=replace(quick.task, optim=replace(quick.task.optim, lr=0.05)))
     with pytest.raises(UserError, match=r"task\.optim\.lr: 0\.001 -> 0\.05"):
         run(changed, folder)
 
@@ -142,7 +146,7 @@ def completed_quick(folder, data_dir) -> dict:
     """A completed record of the quick run in ``folder``."""
     cfg = tiny(data_dir)
     record = {"task": "listops", "attention": "linear", "seed": 0, "tag": "quick", "experiment": "quick",
-              "status": "completed", "metrics": {"val_acc": 0.3, "test_acc": 0.0938}, "config": cfg}
+              "status": "completed", "metrics": {"val_acc": 0.3, "test_acc": 0.0938}, "config": cfg.config()}
     folder.mkdir(parents=True)
     (folder / "result.json").write_text(json.dumps(record))
     return record
@@ -150,8 +154,8 @@ def completed_quick(folder, data_dir) -> dict:
 
 def test_tag_quick_without_the_experiment_is_not_answered_with_the_quick_record(tiny_data_dir, tmp_path):
     completed_quick(tmp_path / "run", tiny_data_dir)
-    default_protocol = compose_config(["attention=linear", "tag=quick", f"data_dir={tiny_data_dir}", *TINY,
-                                       "trainer.enable_progress_bar=false"])
+    default_protocol = compose_run(["attention=linear", "tag=quick", f"data_dir={tiny_data_dir}", *TINY,
+                                    "trainer.enable_progress_bar=false"])
     with pytest.raises(UserError) as refused:
         run(default_protocol, tmp_path / "run")
     message = str(refused.value)

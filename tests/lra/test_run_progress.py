@@ -10,13 +10,14 @@ import torch
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lra.callbacks import CheckpointOnPreemption
+from lra.settings import Run
 from lra.train import run
-from tests.lra.conftest import TINY, compose_config, signal_at_step
+from tests.lra.conftest import TINY, compose_run, signal_at_step
 
 
-def config(data_dir, *extra) -> dict:
-    return compose_config(["attention=linear", "experiment=quick", f"data_dir={data_dir}", *TINY, "task.max_steps=20",
-                           "task.eval_every=7", "trainer.enable_progress_bar=false", *extra])
+def config(data_dir, *extra) -> Run:
+    return compose_run(["attention=linear", "experiment=quick", f"data_dir={data_dir}", *TINY, "task.max_steps=20",
+                        "task.eval_every=7", "trainer.enable_progress_bar=false", *extra])
 
 
 def tokens_trained(record: dict) -> float:

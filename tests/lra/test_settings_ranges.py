@@ -6,12 +6,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import attention_zoo
 import pytest
+
+import attention_zoo
 from lra.attention_options import check_attention_options, declared
-from lra.checks import check_config
 from lra.config import CONF_DIR
 from lra.overrides import unknown_override
+from lra.settings import Run
 from lra_base.errors import UserError
 from tests.lra.conftest import ROOT, compose_config, torchless_env
 
@@ -37,12 +38,12 @@ from tests.lra.conftest import ROOT, compose_config, torchless_env
 ])
 def test_settings_out_of_range_are_refused_by_name(overrides, message):
     with pytest.raises(UserError) as error:
-        check_config(compose_config(overrides))
+        Run.parse(compose_config(overrides))
     assert message in str(error.value)
 
 
 def test_valid_settings_pass():
-    check_config(compose_config(["task.optim.warmup_steps=0", "task.data.limit={val:5,test:null}", "seed=4294967295",
+    Run.parse(compose_config(["task.optim.warmup_steps=0", "task.data.limit={val:5,test:null}", "seed=4294967295",
                                  "attention=llops", "attention.eps=1"]))
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+
+from lra.settings import Run
 from lra.short_conv import ShortConv
-from lra.train import run
 from lra_base.errors import UserError
 from tests.conftest import assert_close
-from tests.lra.conftest import compose_config
+from tests.lra.conftest import compose_config, compose_run
 
 
 def naive_short_conv(x, mask, weight, causal: bool):
@@ -73,7 +74,7 @@ def test_a_causal_conv_reads_no_later_position():
 def test_the_ar_model_with_a_short_conv_stays_causal():
     from lra.tasks import ar
 
-    cfg = compose_config(["task=ar", "attention=based", "model.dropout=0.0", "model.short_conv=3"])
+    cfg = compose_run(["task=ar", "attention=based", "model.dropout=0.0", "model.short_conv=3"])
     model = ar.LitModule(cfg, 66, 66).eval()
     assert all(block.conv.causal for block in model.encoder.blocks[::2])
     tokens = torch.randint(2, 66, (2, 64))
@@ -87,6 +88,5 @@ def test_the_ar_model_with_a_short_conv_stays_causal():
 
 @pytest.mark.parametrize("value", [1, 0, "three"])
 def test_a_kernel_that_mixes_nothing_is_refused_by_name(value, tmp_path):
-    cfg = compose_config(["attention=linear", "experiment=quick", f"model.short_conv={value}"])
     with pytest.raises(UserError, match="model.short_conv"):
-        run(cfg, tmp_path)
+        Run.parse(compose_config(["attention=linear", "experiment=quick", f"model.short_conv={value}"]))

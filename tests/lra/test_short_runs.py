@@ -9,11 +9,12 @@ import subprocess
 import sys
 
 import pytest
-from lra.checks import check_config
+
+from lra.settings import Run
 from lra.train import run
 from lra_base.errors import UserError
 from results.collect import collect
-from tests.lra.conftest import ROOT, TINY, compose_config, torchless_env
+from tests.lra.conftest import ROOT, TINY, compose_config, compose_run, torchless_env
 from tests.results.records import write_record
 
 SETTINGS = ["attention=linear", "experiment=quick", *TINY, "task.max_steps=12", "task.eval_every=4",
@@ -25,7 +26,7 @@ SETTINGS = ["attention=linear", "experiment=quick", *TINY, "task.max_steps=12", 
 def test_settings_that_train_no_step_are_refused_by_name(override):
     key = override.lstrip("+").split("=")[0]
     with pytest.raises(UserError, match=rf"{key}=0(\.0)? trains no step.*task\.max_steps=12"):
-        check_config(compose_config([*SETTINGS, "data_dir=unused", override]))
+        Run.parse(compose_config([*SETTINGS, "data_dir=unused", override]))
 
 
 def test_run_py_refuses_them_in_one_line_before_torch_loads_and_writes_nothing(tmp_path):
@@ -40,7 +41,7 @@ def test_run_py_refuses_them_in_one_line_before_torch_loads_and_writes_nothing(t
 
 def test_a_fit_that_stops_before_its_last_step_is_failed_and_not_tested(tiny_data_dir, tmp_path):
     """160 training trees in batches of 32: one epoch is 5 steps of the 12 the run is to train."""
-    cfg = compose_config([*SETTINGS, f"data_dir={tiny_data_dir}", "+trainer.max_epochs=1"])
+    cfg = compose_run([*SETTINGS, f"data_dir={tiny_data_dir}", "+trainer.max_epochs=1"])
     with pytest.raises(UserError, match=r"training stopped at step 5 of 12 because of trainer\.max_epochs=1"):
         run(cfg, tmp_path)
     record = json.loads((tmp_path / "result.json").read_text())

@@ -10,14 +10,15 @@ import signal
 import pytest
 
 from lra.callbacks import CheckpointOnPreemption
+from lra.settings import Run
 from lra.train import run
-from tests.lra.conftest import TINY, compose_config
+from tests.lra.conftest import TINY, compose_run
 
 
-def tiny(data_dir) -> dict:
+def tiny(data_dir) -> Run:
     """12 steps; 64 test trees in 2 batches of 32."""
-    return compose_config(["attention=linear", "experiment=quick", f"data_dir={data_dir}", *TINY, "task.max_steps=12",
-                           "task.eval_every=4", "trainer.enable_progress_bar=false"])
+    return compose_run(["attention=linear", "experiment=quick", f"data_dir={data_dir}", *TINY, "task.max_steps=12",
+                        "task.eval_every=4", "trainer.enable_progress_bar=false"])
 
 
 def signal_at_first_test_batch(signum: int):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lra import subnormals, train
-from tests.lra.conftest import TINY, compose_config
+from tests.lra.conftest import TINY, compose_run
 
 SMALLEST_NORMAL = torch.finfo(torch.float32).tiny  # 1.18e-38
 
@@ -45,8 +45,8 @@ def test_a_run_flushes_them_first_and_its_segment_says_so(tiny_data_dir, tmp_pat
     calls = []
     monkeypatch.setattr(train, "flush_subnormals", lambda: calls.append("flush"))
     monkeypatch.setattr(subnormals, "_flushed", True)  # what the call sets; this test process's mode left alone
-    cfg = compose_config(["attention=linear", "experiment=quick", f"data_dir={tiny_data_dir}", *TINY,
-                          "task.max_steps=4", "trainer.enable_progress_bar=false"])
+    cfg = compose_run(["attention=linear", "experiment=quick", f"data_dir={tiny_data_dir}", *TINY,
+                       "task.max_steps=4", "trainer.enable_progress_bar=false"])
     record = train.run(cfg, tmp_path)
     assert calls == ["flush"] and [s["subnormals"] for s in record["segments"]] == ["flushed"]
 
@@ -55,7 +55,7 @@ def test_flush_subnormals_false_leaves_the_mode_alone(tiny_data_dir, tmp_path, m
     calls = []
     monkeypatch.setattr(train, "flush_subnormals", lambda: calls.append("flush"))
     monkeypatch.setattr(subnormals, "_flushed", False)
-    cfg = compose_config(["attention=linear", "experiment=quick", f"data_dir={tiny_data_dir}", *TINY,
-                          "task.max_steps=4", "trainer.enable_progress_bar=false", "flush_subnormals=false"])
+    cfg = compose_run(["attention=linear", "experiment=quick", f"data_dir={tiny_data_dir}", *TINY,
+                       "task.max_steps=4", "trainer.enable_progress_bar=false", "flush_subnormals=false"])
     record = train.run(cfg, tmp_path)
     assert calls == [] and [s["subnormals"] for s in record["segments"]] == ["kept"]

@@ -7,12 +7,13 @@ import json
 import numpy as np
 import pytest
 import torch
+from pytorch_lightning.utilities.exceptions import SIGTERMException
+
 from lra.callbacks import CheckpointOnPreemption
 from lra.tasks import ar
 from lra.train import run
 from lra_base.errors import UserError
-from pytorch_lightning.utilities.exceptions import SIGTERMException
-from tests.lra.conftest import compose_config, signal_at_step
+from tests.lra.conftest import compose_run, signal_at_step
 
 SHAPE = {"seq_len": 40, "num_pairs": 6, "vocab_size": 34}
 AR_TINY = ["task=ar", "task.data.train=96", "task.data.val=32", "task.data.test=32", "task.batch_size=16"]
@@ -49,7 +50,7 @@ def test_impossible_shapes_name_the_fix(change, message):
 
 
 def test_the_model_is_causal_so_a_query_cannot_see_later_tokens():
-    cfg = compose_config(["task=ar", "attention=linear", "model.dropout=0.0"])
+    cfg = compose_run(["task=ar", "attention=linear", "model.dropout=0.0"])
     model = ar.LitModule(cfg, 66, 66).eval()
     tokens = torch.randint(2, 66, (2, 64))
     batch = {"tokens": tokens, "lengths": torch.full((2,), 64)}
@@ -63,14 +64,15 @@ def test_the_model_is_causal_so_a_query_cannot_see_later_tokens():
 
 
 def test_non_causal_attention_is_refused_with_its_reason():
-    cfg = compose_config(["task=ar", "attention=nystrom"])
+    from lra.module import check_attention_builds
+
     with pytest.raises(UserError, match="nystrom cannot be causal"):
-        ar.LitModule(cfg, 66, 66)
+        check_attention_builds(compose_run(["task=ar", "attention=nystrom"]))  # lra.build, before any data
 
 
 @pytest.mark.parametrize("attention", ["softmax", "llops", "based"])
 def test_fast_dev_run_scores_queries_only(attention, tmp_path):
-    cfg = compose_config([*AR_TINY, f"attention={attention}", "trainer=debug"])
+    cfg = compose_run([*AR_TINY, f"attention={attention}", "trainer=debug"])
     record = run(cfg, tmp_path)
     saved = json.loads((tmp_path / "result.json").read_text())
     assert saved["status"] == record["status"] == "completed" and saved["task"] == "ar"
@@ -79,10 +81,10 @@ def test_fast_dev_run_scores_queries_only(attention, tmp_path):
 
 
 def test_softmax_learns_recall_within_a_few_hundred_steps(tmp_path):
-    cfg = compose_config(["task=ar", "attention=softmax", "task.seq_len=24", "task.num_pairs=4",
-                          "task.vocab_size=18", "task.data.train=2000", "task.data.val=100", "task.data.test=100",
-                          "task.max_steps=500", "task.eval_every=250", "task.optim.lr=3e-3",
-                          "task.optim.warmup_steps=50", "model.dropout=0.0", "trainer.enable_progress_bar=false"])
+    cfg = compose_run(["task=ar", "attention=softmax", "task.seq_len=24", "task.num_pairs=4",
+                       "task.vocab_size=18", "task.data.train=2000", "task.data.val=100", "task.data.test=100",
+                       "task.max_steps=500", "task.eval_every=250", "task.optim.lr=3e-3",
+                       "task.optim.warmup_steps=50", "model.dropout=0.0", "trainer.enable_progress_bar=false"])
     record = run(cfg, tmp_path)
     assert record["metrics"]["test_acc"] > 3 * record["metrics"]["majority_acc"]
 
@@ -90,15 +92,15 @@ def test_softmax_learns_recall_within_a_few_hundred_steps(tmp_path):
 def test_an_interrupted_run_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
     """The per-token read-out is the task's (``fixed_pooling``), not a rewrite of the saved config: the checkpoint
     holds the composed settings, so the rerun resumes instead of being refused as a run of other settings."""
-    cfg = compose_config([*AR_TINY, "attention=linear", "task.max_steps=12", "task.eval_every=4",
-                          "trainer.enable_progress_bar=false"])
+    cfg = compose_run([*AR_TINY, "attention=linear", "task.max_steps=12", "task.eval_every=4",
+                       "trainer.enable_progress_bar=false"])
     reference = run(cfg, tmp_path / "reference")["metrics"]
     with monkeypatch.context() as patch:
         patch.setattr(CheckpointOnPreemption, "on_train_batch_start", signal_at_step(7), raising=False)
         with pytest.raises(SIGTERMException):
             run(cfg, tmp_path / "resumed")
     saved = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
-    assert saved["hyper_parameters"]["cfg"]["model"]["pooling"] == cfg["model"]["pooling"]
+    assert saved["hyper_parameters"]["cfg"]["model"]["pooling"] == cfg.model.pooling
     got = run(cfg, tmp_path / "resumed")
     assert got["status"] == "completed" and got["steps"] == 12
     for metric in ("val_acc", "test_acc", "test_loss"):

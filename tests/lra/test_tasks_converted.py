@@ -8,12 +8,13 @@ import json
 import pytest
 import torch
 
+from lra.settings import Run
 from lra.tasks import image as image_task
 from lra.tasks import retrieval as retrieval_task
 from lra.tasks import text as text_task
 from lra.train import run
 from tests.data_prep.official_fixtures import convert_all
-from tests.lra.conftest import compose_config
+from tests.lra.conftest import compose_run
 
 TASKS = {"text": text_task, "retrieval": retrieval_task, "image": image_task}
 
@@ -24,9 +25,9 @@ def data_root(tmp_path_factory):
     return convert_all(tmp_path_factory.mktemp("sources"), tmp_path_factory.mktemp("data"))
 
 
-def config(task: str, data_root, *overrides: str) -> dict:
-    return compose_config([f"task={task}", "experiment=quick", f"data_dir={data_root}", "task.batch_size=4",
-                           *overrides])
+def config(task: str, data_root, *overrides: str) -> Run:
+    return compose_run([f"task={task}", "experiment=quick", f"data_dir={data_root}", "task.batch_size=4",
+                        *overrides])
 
 
 @pytest.mark.parametrize("attention", ["softmax", "llops"])

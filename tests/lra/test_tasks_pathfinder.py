@@ -7,10 +7,12 @@ import json
 
 import pytest
 import torch
+
+from lra.settings import Run
 from lra.tasks import pathfinder as pathfinder_task
 from lra.train import run
 from lra_base.errors import UserError
-from tests.lra.conftest import compose_config
+from tests.lra.conftest import compose_run
 
 
 @pytest.fixture(scope="module")
@@ -18,9 +20,9 @@ def data_root(tmp_path_factory):
     return tmp_path_factory.mktemp("pf_data")
 
 
-def config(task: str, data_root, count: int, *overrides: str) -> dict:
-    return compose_config([f"task={task}", f"data_dir={data_root}", f"task.data.generate.count={count}",
-                           "task.data.generate.workers=1", "task.batch_size=8", *overrides])
+def config(task: str, data_root, count: int, *overrides: str) -> Run:
+    return compose_run([f"task={task}", f"data_dir={data_root}", f"task.data.generate.count={count}",
+                        "task.data.generate.workers=1", "task.batch_size=8", *overrides])
 
 
 @pytest.mark.parametrize("attention", ["softmax", "llops"])

@@ -4,9 +4,10 @@ import json
 import os
 import socket
 
+from torch.utils.tensorboard import SummaryWriter
+
 from lra_base.lock import LOCK_NAME, live_holder, run_folder_lock
 from results.progress import main, progress_table
-from torch.utils.tensorboard import SummaryWriter
 
 
 def run_folder(root, seed=1, validations=((50, 0.18, 1000.0), (100, 0.31, 1100.0), (150, 0.35, 1200.0)),

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from lra.config import CONF_DIR
+from lra.config import CONF_DIR, compose
 from results.collect import collect
 from results.markdown import shared_protocol_notes, to_markdown
 from results.protocol import (
@@ -239,3 +239,17 @@ def test_tags_whose_configs_compose_one_protocol_name_each_other(tmp_path, quick
     assert "`softmax` 35.00 (n=1)" in notes["alias"][0]
     markdown = to_markdown(summarize(long), problems, {}, notes=notes, long=long)
     assert notes["default"][0] in markdown
+
+
+def test_a_heading_names_the_settings_as_typed_not_the_ones_that_follow_them(tmp_path):
+    """`task.eval_every=50 task.max_steps=100` also moves `trainer.val_check_interval` and `trainer.max_steps`
+    (`${task...}` in conf/trainer): the heading names the two typed; a trainer key typed apart stays named."""
+    typed = compose(["task=listops", "attention=softmax", "experiment=quick", "task.eval_every=50",
+                     "task.max_steps=100"])
+    assert typed["trainer"]["val_check_interval"] == 50 and typed["trainer"]["max_steps"] == 100
+    protocol_record(tmp_path, typed, "softmax", 0, 0.40)
+    own = compose(["task=listops", "attention=softmax", "experiment=quick", "trainer.val_check_interval=25"])
+    protocol_record(tmp_path, own, "softmax", 1, 0.40)
+    long, _ = collect([tmp_path])
+    assert sorted(set(long["tag"])) == ["quick · task.eval_every=50, task.max_steps=100",
+                                        "quick · trainer.val_check_interval=25"]
