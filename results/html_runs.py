@@ -137,6 +137,18 @@ def analysis_figure(name: str, record_path: Path, out: Path, images: Path) -> tu
     return None, None
 
 
+CARD_PREFIX, CARD_DIR = "report_card_", "report_cards"  # analyses.report_card's record name and page folder
+
+
+def card_page(name: str, out: Path) -> str:
+    """The page of a report card (``report_cards/<attention>.md`` beside the tables), relative to ``out``; "" when
+    ``name`` is no card's or its page is not there."""
+    if not name.startswith(CARD_PREFIX):
+        return ""
+    page = Path(CARD_DIR) / f"{name[len(CARD_PREFIX):]}.md"
+    return page.as_posix() if (out / page).is_file() else ""
+
+
 def analysis_section(name: str, path: Path, record: dict, out: Path, images: Path) -> tuple[str, list[Path]]:
     """One analysis: provenance, its table as in `<name>.md` (sortable), its notes and its figure."""
     frame = analysis_table(record)
@@ -149,6 +161,9 @@ def analysis_section(name: str, path: Path, record: dict, out: Path, images: Pat
     if record.get("published"):
         _, source = load_published(record["published"])
         lines.append(f"<li><code>{esc(PUBLISHED.strip())}</code>: {esc(source.rstrip('.'))}.</li>")
+    page = card_page(name, out)
+    if page:
+        lines.append(f'<li>The whole card, with its verdict and figures: <a href="{esc(page)}">{esc(page)}</a>.</li>')
     lines.append(f"<li>git {esc(record.get('git_sha'))}, {esc(record.get('wall_time_s'))} s, "
                  f"finished {esc(record.get('finished_at'))}; record <code>{esc(path.as_posix())}</code>.</li></ul>")
     lines.append(table(short_id("table", "analysis", name), list(zip(columns, kinds)), rows))

@@ -22,6 +22,7 @@ from analyses._card_page import verdict
 from attention_zoo.registry import _REGISTRY, register
 from results.__main__ import main as results_main
 from tests.lra.conftest import TINY
+from tests.results.records import write_record
 
 NAME = "card_standin"
 YAML = f"name: {NAME}\ncausal: false\nleak: false\nignore_mask: false\ncrash_at_one: false\n"
@@ -134,6 +135,12 @@ def test_the_record_becomes_a_results_table_and_the_page_embeds_it(tmp_path, sta
     rebuilt = tmp_path / "rebuilt"
     assert results_main([str(tmp_path / "records"), "--out", str(rebuilt)]) == 0
     assert (rebuilt / table.name).read_text() == table.read_text()
+    write_record(tmp_path / "records", "listops", "linear", 0, 0.3, tag="quick")  # a page needs one run
+    assert results_main([str(tmp_path / "records"), "--out", str(tmp_path / "tables"), "--html"]) == 0
+    html = (tmp_path / "tables" / "index.html").read_text()
+    assert f'<a href="report_cards/{NAME}.md">' in html  # the page links the card
+    assert results_main([str(tmp_path / "records"), "--out", str(tmp_path / "no_card"), "--html"]) == 0
+    assert 'href="report_cards/' not in (tmp_path / "no_card" / "index.html").read_text()  # no page, no link
 
 
 def test_an_unknown_attention_is_one_line_listing_the_valid_names_and_exit_2(tmp_path, capsys):
