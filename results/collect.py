@@ -254,7 +254,7 @@ def parse_run(path: Path, record: RunRecord) -> tuple[dict, list[Problem]]:
     problems = [Problem(where, "bad value", text, tag, label) for text in complaints]
     if run["status"] == INTERRUPTED:
         resume = record.get("resumes_with")
-        how = f"`{resume}` resumes it" if isinstance(resume, str) else "rerunning its command resumes it from last.ckpt"
+        how = f"{resume} resumes it" if isinstance(resume, str) else "rerunning its command resumes it from last.ckpt"
         problems.append(Problem(where, "unfinished", f"stopped before its last step (status interrupted); {how}",
                                 tag, label))
     elif run["status"] != "completed":

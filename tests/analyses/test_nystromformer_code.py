@@ -153,4 +153,4 @@ def test_an_unfinished_record_says_how_to_resume_it(tiny, tmp_path):
     assert record["resumes_with"].startswith("python -m analyses.nystromformer_code --port PORT --seed 1 --train")
     _, problems = collect([tmp_path / "runs"])
     assert [p.kind for p in problems] == ["unfinished"]
-    assert "--train (from logs/resume.pt)` resumes it" in problems[0].message and "last.ckpt" not in problems[0].message
+    assert "--train (from logs/resume.pt) resumes it" in problems[0].message and "last.ckpt" not in problems[0].message
