@@ -24,13 +24,19 @@ def compose(overrides: Sequence[str] = (), conf_dir: str | Path = CONF_DIR) -> d
 
     Raises Hydra's and OmegaConf's own errors on an unknown group, key or value.
     """
+    return composed(overrides, conf_dir, resolve=True)
+
+
+def composed(overrides: Sequence[str], conf_dir: str | Path, resolve: bool) -> dict[str, Any]:
+    """Hydra's composition of ``conf_dir/config.yaml`` with ``overrides`` as plain containers, interpolations
+    ``resolve``d or kept as written (``${task.eval_every}``)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from omegaconf import OmegaConf
 
     with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
         config = hydra_compose(config_name="config", overrides=list(overrides))
-    return OmegaConf.to_container(config, resolve=True)
+    return OmegaConf.to_container(config, resolve=resolve)
 
 
 def compose_run(overrides: Sequence[str] = (), conf_dir: str | Path = CONF_DIR) -> Run:
@@ -45,12 +51,6 @@ def copied_settings(overrides: Sequence[str] = (), conf_dir: str | Path = CONF_D
     """``{dotted key: the dotted key it copies}`` for every setting that ``conf/`` sets to another one's value
     (``trainer.val_check_interval: ${task.eval_every}``; a relative ``${.seq_len}`` named in full), in the config
     ``python run.py <overrides>`` would compose. Raises Hydra's and OmegaConf's own errors, as ``compose``."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from omegaconf import OmegaConf
-
-    with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
-        config = hydra_compose(config_name="config", overrides=list(overrides))
     copies: dict[str, str] = {}
 
     def walk(node: Any, where: list[str]) -> None:
@@ -64,5 +64,5 @@ def copied_settings(overrides: Sequence[str] = (), conf_dir: str | Path = CONF_D
                 source = ".".join([*where[: len(where) - dots], source.lstrip(".")])
             copies[".".join(where)] = source
 
-    walk(OmegaConf.to_container(config, resolve=False), [])
+    walk(composed(overrides, conf_dir, resolve=False), [])
     return copies
