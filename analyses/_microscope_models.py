@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from lra.record_compat import upgrade
+from lra.run_files import is_set_aside
 from lra.settings import Run
 
 NAME = "microscope"
@@ -22,8 +23,8 @@ MODELS = Path("outputs/analyses") / NAME / "models"
 
 def finished_run(run: Run, roots: list[Path]) -> Path | None:
     """The best checkpoint of a completed run under ``roots`` that computed what ``run`` computes (its identity,
-    ``Run.differences``; newest first)."""
-    records = [p for root in roots if root.is_dir() for p in root.rglob("result.json")]
+    ``Run.differences``; newest first). A run that ``rerun=true`` set aside (``replaced/<time>/``) is not one."""
+    records = [p for root in roots if root.is_dir() for p in root.rglob("result.json") if not is_set_aside(p)]
     for path in sorted(records, key=lambda p: p.stat().st_mtime, reverse=True):
         try:
             record = json.loads(path.read_text(encoding="utf-8"))

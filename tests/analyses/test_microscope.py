@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -147,6 +148,21 @@ def test_finished_run_matches_what_was_learned(tmp_path):
     (run / "result.json").write_text(json.dumps(record))
     assert finished_run(upgrade({**cfg, "model": {"dim": 8, "checkpoint_blocks": False}}), [tmp_path]) is not None
     assert finished_run(upgrade({**cfg, "model": {"dim": 16, "checkpoint_blocks": False}}), [tmp_path]) is None
+
+
+def test_a_run_that_rerun_set_aside_is_not_reused(tmp_path):
+    cfg = {"seed": 0, "tag": "quick", "task": {"name": "listops"}, "attention": {"name": "linear"}}
+    run = tmp_path / "linear" / "seed0" / "quick"
+    old = run / "replaced" / "20261206T101500"
+    for folder in (run, old):
+        (folder / "checkpoints").mkdir(parents=True)
+        (folder / "checkpoints" / "best.ckpt").write_bytes(b"")
+        record = {"status": "completed", "best_checkpoint": str(folder / "checkpoints" / "best.ckpt"), "config": cfg}
+        (folder / "result.json").write_text(json.dumps(record))
+    os.utime(run / "result.json", (1, 1))  # the set-aside record is the newer file
+    assert finished_run(upgrade(cfg), [tmp_path]) == run / "checkpoints" / "best.ckpt"
+    (run / "result.json").unlink()
+    assert finished_run(upgrade(cfg), [tmp_path]) is None
 
 
 def test_table_has_both_parts(tmp_path):
