@@ -4,7 +4,8 @@ Source, either layout:
 - the Stanford ``aclImdb/`` folder: ``{train,test}/{pos,neg}/<id>_<rating>.txt``, one review per file;
 - the Hugging Face ``stanfordnlp/imdb`` parquet files ``plain_text/{train,test}-00000-of-00001.parquet``
   (columns ``text``, ``label``); reading them needs pyarrow (``pip install pyarrow``).
-Label 1 = pos, 0 = neg. Texts become UTF-8 bytes (data_prep.byte_tokens: byte b -> id b + 1).
+Label 1 = pos, 0 = neg. Texts become UTF-8 bytes (data_prep.byte_tokens: byte b -> id b + 1), without their
+surrounding ASCII whitespace, as LRA's input (tfds ``imdb_reviews``: ``imdb_f.read().strip()``) has them.
 
 Choices: each review is stored up to ``--max-length`` bytes (default 4096, the paper's 4K; 0 keeps whole
 reviews); the loader may truncate further. Examples are sorted by (label, bytes), so both layouts give
@@ -89,12 +90,19 @@ def read_aclimdb(folder: Path, split: str) -> list[Example]:
 
 
 def read_review(path: Path) -> bytes:
-    """The bytes of one review file; ``DataError`` naming it when it is no regular file, too large or empty."""
-    review = read_source(path, REVIEW_LIMIT, "an IMDB review")
+    """The bytes of one review file, stripped (``stripped``); ``DataError`` naming it when it is no regular file, too
+    large or empty."""
+    raw = read_source(path, REVIEW_LIMIT, "an IMDB review")
+    review = stripped(raw)
     if not review:
-        raise DataError(f"{path}: an empty review (0 bytes); every example needs at least one token. Put the review "
-                        f"in it, or remove the file; then run again")
+        raise DataError(f"{path}: an empty review ({'0 bytes' if not raw else 'whitespace only'}); every example "
+                        f"needs at least one token. Put the review in it, or remove the file; then run again")
     return review
+
+
+def stripped(review: bytes) -> bytes:
+    """``review`` without its leading and trailing ASCII whitespace, as tfds ``imdb_reviews`` reads it."""
+    return review.strip()
 
 
 def read_parquet(path: Path) -> list[Example]:
@@ -118,10 +126,10 @@ def read_parquet(path: Path) -> list[Example]:
     for row, text in enumerate(texts):
         if not isinstance(text, str):
             raise DataError(f"{path}: row {row}: text is {type(text).__name__}, not a string")
-        if not text:
-            raise DataError(f"{path}: row {row}: an empty review; every example needs at least one token. Remove "
-                            f"that row, then run again")
-    return [(int(y), t.encode("utf-8")) for y, t in zip(labels.tolist(), texts)]
+        if not stripped(text.encode("utf-8")):
+            raise DataError(f"{path}: row {row}: an empty review{' (whitespace only)' if text else ''}; every example "
+                            f"needs at least one token. Remove that row, then run again")
+    return [(int(y), stripped(t.encode("utf-8"))) for y, t in zip(labels.tolist(), texts)]
 
 
 def hold_out(count: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -174,6 +182,7 @@ def convert(source: Path, out: Path, *, max_length: int = MAX_LENGTH, val_fracti
         "val": "seeded random hold-out of train (IMDB has no validation split)",
         "order": "sorted by (label, review bytes)",
         "tokens": "UTF-8 bytes, id = byte + 1 (tfds ByteTextEncoder)",
+        "strip": "surrounding ASCII whitespace removed, as tfds imdb_reviews reads a review",
     }
     task_dir = Path(out) / TASK
     with staged_task_dir(task_dir) as stage:

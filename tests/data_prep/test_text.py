@@ -157,3 +157,29 @@ def test_cli_without_source_says_where_the_files_come_from(tmp_path, capsys, tas
     err = capsys.readouterr().err
     assert "--source PATH is required" in err and where in err
     assert f"python -m data_prep {task} --source PATH --out {tmp_path}" in err
+
+
+def test_reviews_lose_their_surrounding_whitespace_in_both_layouts_as_tfds_reads_them(reviews, tmp_path):
+    import pandas as pd
+
+    padded = {split: {c: [f" \n{r}\t \r\n" if i % 2 else r for i, r in enumerate(texts)]
+                      for c, texts in classes.items()} for split, classes in reviews.items()}
+    folder = text.convert(write_aclimdb(tmp_path / "a", padded).parent, tmp_path / "out_a", log=quiet)
+    assert examples(folder, "test") == expected(reviews, "test")  # the bytes tfds imdb_reviews yields
+    assert load_manifest(folder, rebuild_cmd=REBUILD)["source"]["strip"].startswith("surrounding ASCII whitespace")
+    plain = tmp_path / "p" / "plain_text"
+    plain.mkdir(parents=True)
+    for split, name in text.PARQUET_FILES.items():
+        rows = [(r, text.LABELS[c]) for c, texts in padded[split].items() for r in texts]
+        pd.DataFrame(rows, columns=["text", "label"]).to_parquet(plain / name)
+    other = text.convert(plain.parent, tmp_path / "out_p", log=quiet)
+    for split in SPLITS:
+        assert (other / f"{split}.npz").read_bytes() == (folder / f"{split}.npz").read_bytes()
+
+
+def test_a_review_of_whitespace_only_is_refused_naming_the_file(reviews, tmp_path):
+    source = write_aclimdb(tmp_path, reviews)
+    blank = source / "train" / "neg" / "0_3.txt"
+    blank.write_bytes(b" \n\t ")
+    with pytest.raises(DataError, match=r"0_3\.txt: an empty review \(whitespace only\)"):
+        text.convert(source.parent, tmp_path / "out", log=quiet)
