@@ -11,6 +11,7 @@ write nothing. ``check_file`` compares a whole file's size and checksum with the
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import http.client
 import os
@@ -27,6 +28,7 @@ from lra_base.atomic import refuse_link
 CHUNK = 1 << 20
 USER_AGENT = "lra-suite-data-prep-fetch"
 NETWORK_ERRORS = (OSError, http.client.HTTPException)  # URLError, TimeoutError, ConnectionError are OSErrors
+DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)  # writing the part file, not the network
 
 
 class FetchFailed(DataError):
@@ -162,6 +164,10 @@ def receive(response, part: Path, start: int, total: int | None, size: int | Non
         part.unlink(missing_ok=True)
         raise
     except NETWORK_ERRORS as err:
+        if isinstance(err, OSError) and err.errno in DISK_ERRORS:
+            raise FetchFailed(f"{part}: cannot be written ({reason(err)}) after {got} bytes of {url}; what it holds "
+                              f"is kept: free space there (or give another --out), then run the same command again "
+                              f"to continue") from None
         raise cut(url, part, got, total, reason(err), timeout) from None
     if total is not None and got < total:
         raise cut(url, part, got, total, "the connection closed early", timeout)

@@ -4,6 +4,7 @@ one line on stderr, exit 2, and nothing half-written (only a cut download's byte
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import subprocess
@@ -120,6 +121,40 @@ def test_a_cut_download_resumes_with_a_range_request(pinned, tmp_path, capsys):
         assert server.sent == len(blob) - half  # the rest only
     assert not part.exists() and (out / "downloads" / CIFAR).read_bytes() == blob
     assert (out / "image" / "manifest.json").is_file()
+
+
+def test_a_full_disk_is_named_as_such_not_as_a_cut_connection(pinned, tmp_path, capsys, monkeypatch):
+    from data_prep import _download
+
+    out, blob = tmp_path / "data", pinned[CIFAR]
+    part = out / "downloads" / f"{CIFAR}.part"
+
+    class FullDisk:  # the part file of a disk that fills after the first chunk
+        def __init__(self, path, mode):
+            self.file, self.written = open(path, mode), 0
+
+        def write(self, chunk):
+            if self.written:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            self.written += self.file.write(chunk)
+
+        def __getattr__(self, name):
+            return getattr(self.file, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.file.close()
+
+    monkeypatch.setattr(_download, "CHUNK", 1024)
+    monkeypatch.setattr(_download, "open", FullDisk, raising=False)
+    with Server(pinned) as server:
+        status, err = fetch("image", out, server.url, capsys)
+    assert status == 2
+    assert f"{part}: cannot be written (No space left on device) after " in one_line(err)
+    assert "free space there (or give another --out)" in err and "connection" not in err
+    assert 0 < part.stat().st_size < len(blob) and not (out / "image").exists()
 
 
 def test_a_stall_midway_keeps_the_bytes_for_the_next_run(pinned, tmp_path, capsys):
