@@ -1,11 +1,12 @@
 """The checks of a run's settings that a single field's range cannot say: relations between sections, the names
-that make a run folder, the machine (its memory, its GPUs) and ``conf/`` (an experiment's coverage of the task).
+that make a run folder, the machine (its memory) and ``conf/`` (an experiment's coverage of the task).
 
 ``lra.settings.Run.parse`` runs them once, with the rules declared on the schema's fields (``lra.setting_rules``):
 names first, then every field, then ``check_relations``. The field rules that need more words than a range call the
-predicates and problems here. No torch (but ``refuse_ddp_without_gpu``, when the Trainer arguments are derived):
-``run.py`` checks before torch loads. The command line itself (keys and group options that do not exist, keys
-added that nothing reads, missing plugins) is checked before composing, in ``lra.overrides``.
+predicates and problems here. No torch: ``run.py`` checks before torch loads (a DDP trainer on a machine without a
+GPU, which needs torch to tell, ``lra.build`` refuses before any data work). The command line itself (keys and group
+options that do not exist, keys added that nothing reads, missing plugins) is checked before composing, in
+``lra.overrides``.
 """
 
 from __future__ import annotations
@@ -235,16 +236,3 @@ def check_training_steps(cfg: Mapping[str, Any]) -> None:
             raise UserError(f"trainer.{key}={value!r} trains no step, so the run would only test an untrained model: "
                             f"drop it; a run trains task.max_steps={cfg['task']['max_steps']} optimizer steps, and "
                             f"task.max_steps=N (with task.eval_every) shortens it")
-
-
-def refuse_ddp_without_gpu(trainer: Mapping[str, Any]) -> None:
-    """``trainer=ddp`` (accelerator ``auto``, ``bf16-mixed``) where torch sees no GPU is refused: Lightning would run
-    one process on the CPU in bf16 autocast, neither DDP nor the CPU's float32, without a word."""
-    import torch
-
-    if trainer.get("accelerator") == "auto" and str(trainer.get("strategy", "")).startswith("ddp") \
-            and not torch.cuda.is_available():
-        raise UserError(f"trainer.strategy={trainer['strategy']} with trainer.accelerator=auto found no GPU (torch "
-                        f"sees none), so it would run one {trainer.get('precision')} process on the CPU: on a CPU use "
-                        f"trainer=ddp_cpu (float32 processes, trainer.devices of them), or set trainer.accelerator=cpu "
-                        f"to choose the rest yourself")

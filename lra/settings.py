@@ -19,7 +19,6 @@ section 5. No torch here: ``run.py`` checks before torch loads.
 from __future__ import annotations
 
 import copy
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, Literal
@@ -40,8 +39,6 @@ from .setting_rules import (
     schema_fields,
     section_schema,
 )
-
-log = logging.getLogger(__name__)
 
 Schedule = Literal["linear", "constant", "rsqrt", "cosine", "onecycle"]  # task.optim.schedule (lra/schedules.py)
 Pooling = Literal["mean", "cls", "none", "padded_mean"]  # model.pooling (lra/model.py)
@@ -215,21 +212,27 @@ class Run:
         return self.task.data.eval_batch_size or self.micro_batch_size
 
     @property
-    def trainer_arguments(self) -> dict[str, Any]:
-        """Lightning ``Trainer`` arguments: ``trainer`` with the validation interval counted in optimizer steps.
+    def validation_interval(self) -> Any:
+        """Optimizer steps between validations: ``trainer.val_check_interval`` (``task.eval_every``), except that a run
+        shorter than it validates once, at its last step (``trainer.max_steps``), so it has a checkpoint to test."""
+        every, steps = self.trainer.get("val_check_interval"), self.trainer.get("max_steps")
+        if not self.trainer.get("fast_dev_run") and type(every) is int and type(steps) is int and 0 < steps < every:
+            return steps
+        return every
 
-        A run shorter than its validation interval validates once, at its last step. ``task.micro_batches`` n > 1
-        accumulates n micro-batches into each optimizer step; Lightning counts the interval in micro-batches, so it
-        is scaled to stay ``task.eval_every`` optimizer steps."""
+    @property
+    def trainer_arguments(self) -> dict[str, Any]:
+        """Lightning ``Trainer`` arguments: ``trainer`` with the validation interval counted in optimizer steps
+        (``validation_interval``). A computation only: ``lra.build`` refuses what the machine cannot run and
+        ``lra.train`` says when the interval was shortened.
+
+        ``task.micro_batches`` n > 1 accumulates n micro-batches into each optimizer step; Lightning counts the
+        interval in micro-batches, so it is scaled to stay ``task.eval_every`` optimizer steps."""
         args = dict(self.trainer)
-        checks.refuse_ddp_without_gpu(args)
         args["use_distributed_sampler"] = False  # under DDP the data module shards its own orders: exact resume
-        every, steps = args.get("val_check_interval"), args.get("max_steps")
-        if not args.get("fast_dev_run") and type(every) is int and type(steps) is int and 0 < steps < every:
-            log.warning("max_steps=%d ends before the first validation (every %d steps, task.eval_every): validating "
-                        "once, at step %d, so the run has a checkpoint to test. To shorten a run set task.max_steps "
-                        "and task.eval_every.", steps, every, steps)
-            args["val_check_interval"] = every = steps
+        every = self.validation_interval
+        if every != args.get("val_check_interval"):
+            args["val_check_interval"] = every
         if self.task.micro_batches > 1:
             args["accumulate_grad_batches"] = self.task.micro_batches
             args["val_check_interval"] = every * self.task.micro_batches

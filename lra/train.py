@@ -160,6 +160,7 @@ def fit_and_test(run: Run, run_dir: Path, progress: Progress | None = None) -> d
     if run.checkpoint.save_last:  # Lightning's save_last only follows improvements; this is every validation
         callbacks.append(RunFolderCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, save_top_k=1,
                                              enable_version_counter=False))
+    warn_shortened_validation(run)
     trainer = pl.Trainer(**built.trainer_arguments, callbacks=callbacks, logger=loggers, default_root_dir=run_dir,
                          plugins=[RunFolderCheckpointIO()])
     progress.model, progress.trainer = model, trainer
@@ -182,6 +183,16 @@ def fit_and_test(run: Run, run_dir: Path, progress: Progress | None = None) -> d
         "best_checkpoint": best,
         **fitted,
     }
+
+
+def warn_shortened_validation(run: Run) -> None:
+    """Say so when the Trainer validates at another interval than the configured one (``Run.validation_interval``):
+    a run shorter than ``task.eval_every`` validates once, at its last step."""
+    every, steps = run.trainer.get("val_check_interval"), run.validation_interval
+    if steps != every:
+        log.warning("max_steps=%d ends before the first validation (every %d steps, task.eval_every): validating "
+                    "once, at step %d, so the run has a checkpoint to test. To shorten a run set task.max_steps "
+                    "and task.eval_every.", steps, every, steps)
 
 
 def refuse_short_fit(trainer: pl.Trainer, run: Run) -> None:
