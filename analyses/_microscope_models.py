@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from lra.record_compat import upgrade
+from lra.run.record_compat import upgrade
 from lra.settings import Run
 
 NAME = "microscope"
@@ -50,7 +50,7 @@ def checkpoint_for(run: Run, models: Path = MODELS, outputs: Path = Path("output
     if found is not None:
         print(f"microscope: {attention}: reusing {found}", file=sys.stderr)
         return found
-    from lra.train import run as train
+    from lra.run.train import run as train
 
     print(f"microscope: {attention}: no finished run of these settings; training one in {own}", file=sys.stderr)
     record = train(run.asked_by(NAME), own)  # marked: results.collect leaves it to the analysis

@@ -1,7 +1,7 @@
 """One build path from a ``Run`` to what trains: ``build(run)`` returns the task's data module (prepared and set up),
 its LightningModule and Lightning's ``Trainer`` arguments.
 
-``lra.train`` (``run.py``), the analyses and the benchmarks build through here, so each of them trains or times
+``lra.run.train`` (``run.py``), the analyses and the benchmarks build through here, so each of them trains or times
 what ``python run.py`` would: run -> task module (``lra/tasks/<task>.py``) -> ``DataModule`` -> ``LitModule``.
 A task is one module defining ``DataModule``, ``LitModule`` and its facts (``lra.task_facts``); nothing else names
 tasks.

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from lra import hydra_hooks
 from lra.build import build, refuse_ddp_without_gpu
 from lra.checks import split_batch
+from lra.run import hydra_hooks
 from lra.sampling import EpochSampler
 from lra.settings import Run
 from lra.tasks.listops import DataModule
@@ -145,7 +145,7 @@ def test_trainer_ddp_without_a_gpu_is_refused_with_the_cpu_preset_named(monkeypa
 
 def test_reading_the_trainer_arguments_logs_nothing_and_raises_nothing(monkeypatch, caplog):
     """``Run.trainer_arguments`` is a computation: read twice for a run shorter than its validation interval under
-    ``trainer=ddp`` on a machine without a GPU, it neither warns (``lra.train`` does, where the Trainer is built)
+    ``trainer=ddp`` on a machine without a GPU, it neither warns (``lra.run.train`` does, where the Trainer is built)
     nor refuses (``lra.build`` does), and gives equal arguments."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     short = compose_run(["task=listops", "trainer=ddp", "task.max_steps=3"])
