@@ -19,7 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from lra.hydra_hooks import (  # + conf/'s resolver
+from lra.run.hydra_hooks import (  # + conf/'s resolver
     checked_run,
     discard_created_folder,
     holds_lock,
@@ -28,8 +28,8 @@ from lra.hydra_hooks import (  # + conf/'s resolver
     note_job,
     parsed_run,
 )
-from lra.overrides import missing_plugin, unknown_override
-from lra.record_compat import old_experiment_spelling
+from lra.run.overrides import missing_plugin, unknown_override
+from lra.run.record_compat import old_experiment_spelling
 from lra_base.errors import Diverged, UserError, refused_before_training
 
 log = logging.getLogger("run")
@@ -64,7 +64,7 @@ def main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     sweeping = hydra_cfg.mode == RunMode.MULTIRUN
-    try:  # checked before Hydra wrote anything (lra.hydra_hooks: a single run, and each job of a sweep)
+    try:  # checked before Hydra wrote anything (lra.run.hydra_hooks: a single run, and each job of a sweep)
         if (refusal := job_refusal()) is not None:
             raise UserError(refusal)
         # the Run the hook parsed, or, where none ran (a config without the hooks, a DDP worker), parsed here
@@ -80,8 +80,8 @@ def main(cfg: DictConfig) -> float | None:
     from pytorch_lightning.utilities.exceptions import SIGTERMException
     from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
-    from lra.callbacks import sent_signal, stop_signal, stopped_by
-    from lra.train import run as train
+    from lra.run.callbacks import sent_signal, stop_signal, stopped_by
+    from lra.run.train import run as train
 
     try:
         record = train(run, run_dir, locked=holds_lock(run_dir))

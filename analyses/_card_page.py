@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from lra.machine import cpu_model, read_cpuinfo
-from lra.record import git_sha
+from lra.run.machine import cpu_model, read_cpuinfo
+from lra.run.record import git_sha
 from lra_base.atomic import write_atomic
 
 from .record import REPO

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lra.identity import digest
-from lra.record import write_json_atomic
+from lra.run.record import write_json_atomic
 
 FILE = "cells.partial.json"
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from lra.record_compat import upgrade
-from lra.run_files import is_set_aside
+from lra.run.record_compat import upgrade
+from lra.run.run_files import is_set_aside
 from lra.settings import Run
 
 NAME = "microscope"
@@ -51,7 +51,7 @@ def checkpoint_for(run: Run, models: Path = MODELS, outputs: Path = Path("output
     if found is not None:
         print(f"microscope: {attention}: reusing {found}", file=sys.stderr)
         return found
-    from lra.train import run as train
+    from lra.run.train import run as train
 
     print(f"microscope: {attention}: no finished run of these settings; training one in {own}", file=sys.stderr)
     record = train(run.asked_by(NAME), own)  # marked: results.collect leaves it to the analysis

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from lra.record import INTERRUPTED, RECORD_NAME, now, package_versions, write_json_atomic
+from lra.run.record import INTERRUPTED, RECORD_NAME, now, package_versions, write_json_atomic
 from lra_base.atomic import write_atomic
 
 LOG_NAME = "listops_softmax_output.log"

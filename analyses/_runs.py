@@ -3,7 +3,7 @@
 A run's folder is ``<root>/<label>-<digest>``, the digest of the run's identity (``Run.digest``: every setting
 that changes what it computes), so any changed setting (steps, learning rate, an extra override) gets a folder
 of its own and can never resume another setting's checkpoint, while the same setting asked for again finds its
-run: ``lra.train.run`` returns a completed record as it is and resumes an interrupted one from its ``last.ckpt``.
+run: ``lra.run.train.run`` returns a completed record as it is and resumes an interrupted one from its ``last.ckpt``.
 A completed run archived with ``python -m results.archive`` (its record and curve committed under ``results/runs/``,
 no checkpoint) is reused too when its folder here is empty: a fresh clone, or another machine, goes on where the
 committed runs stop instead of training them again.
@@ -17,9 +17,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from lra.record import RunRecord
-from lra.run_files import COMMITTED_RUNS, archive_path
-from lra.same_run import changes_from, held_run, refuse_other_run
+from lra.run.record import RunRecord
+from lra.run.run_files import COMMITTED_RUNS, archive_path
+from lra.run.same_run import changes_from, held_run, refuse_other_run
 from lra.settings import Run
 
 
@@ -29,7 +29,7 @@ def run_folder(root: str | Path, label: str, run: Run) -> Path:
 
 
 def archived_record(run: Run, run_dir: Path) -> RunRecord | None:
-    """The committed copy of ``run_dir``'s run (``lra.run_files``: ``results/runs/<path below outputs/>``) when it
+    """The committed copy of ``run_dir``'s run (``lra.run.run_files``: ``results/runs/<path below outputs/>``) when it
     completed under ``run``'s settings, its ``run_dir`` pointing at the copy (whose ``metrics.csv`` is the curve);
     else None."""
     try:
@@ -58,13 +58,13 @@ def train_or_reuse(run: Run, run_dir: Path, threads: int | None = None) -> RunRe
     is empty (``archived_record``), else the record of training it there.
 
     Raises what the training raises, and ``lra_base.errors.UserError`` when ``run_dir`` holds a run of other settings
-    (a folder copied or renamed by hand; ``lra.same_run``).
+    (a folder copied or renamed by hand; ``lra.run.same_run``).
     """
     if (record := reusable_record(run, run_dir)) is not None:
         return record
     import torch
 
-    from lra.train import run as train
+    from lra.run.train import run as train
 
     if threads is not None:
         torch.set_num_threads(threads)
@@ -93,7 +93,7 @@ def expected_minutes(jobs: dict[str, tuple[Run, Path]], workers: int) -> tuple[f
     Each distinct model (its config without the seed) is probed once on one thread (``probe_step_seconds``);
     validation and test add their forward passes (a third of a training step per batch).
     """
-    from lra.threads import torch_threads
+    from lra.run.threads import torch_threads
 
     with torch_threads(1):
         probed: dict[str, float] = {}

@@ -29,9 +29,9 @@ from typing import Any
 import pandas as pd
 
 from lra.config import compose_run
-from lra.outputs import TABLES
-from lra.record import RECORD_NAME
-from lra.run_files import metrics_path
+from lra.run.outputs import TABLES
+from lra.run.record import RECORD_NAME
+from lra.run.run_files import metrics_path
 from lra.settings import Run
 
 from ._runs import expected_minutes, run_folder, train_all

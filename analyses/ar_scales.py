@@ -36,10 +36,10 @@ from typing import Any
 import torch
 
 from lra.model import AttentionBlock
-from lra.outputs import TABLES
+from lra.run.outputs import TABLES
+from lra.run.threads import torch_threads
 from lra.schedules import scheduler
 from lra.settings import Optim, Run
-from lra.threads import torch_threads
 
 from . import ar_ablation
 from ._ar_probe import adam_steps, parameter_groups, probe

@@ -36,11 +36,11 @@ from torch import Tensor
 from lra.build import build_model
 from lra.config import compose_run
 from lra.model import AttentionBlock
-from lra.outputs import TABLES
-from lra.record import write_json_atomic
+from lra.run.outputs import TABLES
+from lra.run.record import write_json_atomic
+from lra.run.threads import torch_threads
 from lra.settings import Run
 from lra.tasks import ar
-from lra.threads import torch_threads
 
 from . import _kernel_maps as maps
 from ._cells import CellCache, print_plan

@@ -46,8 +46,8 @@ import torch
 
 from data_prep.listops_roots import first_tokens, fit_root_rule, label_per_root, predict_by_root
 from lra.build import build_data
-from lra.outputs import TABLES
-from lra.record import RECORD_NAME
+from lra.run.outputs import TABLES
+from lra.run.record import RECORD_NAME
 from lra.settings import Run
 from lra_base.atomic import read_regular
 from lra_base.errors import UserError

@@ -29,7 +29,7 @@ import pandas as pd
 from data_prep.compact import load_manifest, load_split
 from data_prep.listops import sample_trees
 from data_prep.listops_roots import fit_root_rule, label_per_root, predict_by_root
-from lra.outputs import TABLES
+from lra.run.outputs import TABLES
 from lra_base.atomic import write_atomic
 
 from .record import ANALYSIS_ROOT, tabulate, write_analysis_record

@@ -42,7 +42,7 @@ from analyses._mhla_model import fit_mhla, identifiability_certificate
 from analyses._mhla_report import memory_notes, plot_memory, plot_teacher, summarize, teacher_notes
 from analyses._mhla_training import CoefficientModel, MHLAStack, Summary, normalised_mse, train_adamw
 from analyses.record import ANALYSIS_ROOT, tabulate, write_analysis_record
-from lra.outputs import TABLES
+from lra.run.outputs import TABLES
 from lra_base.atomic import write_atomic
 
 TEACHER, MEMORY = "mhla_teacher", "mhla_memory"

@@ -25,7 +25,7 @@ from analyses._mhla_report import summarize
 from analyses._mhla_training import MHLAStack, Summary, train_adamw
 from analyses.mhla_learning import Config, epoch_seconds, generator
 from analyses.record import ANALYSIS_ROOT, tabulate, write_analysis_record
-from lra.outputs import TABLES
+from lra.run.outputs import TABLES
 
 NAME = "mhla_sweep"
 

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from lra.config import compose_run
-from lra.outputs import TABLES
+from lra.run.outputs import TABLES
 from lra.settings import Run
 
 from ._microscope_approx import DEFAULT_APPROXIMATORS, approximation_rows
@@ -50,7 +50,7 @@ from .record import ANALYSIS_ROOT, tabulate, write_analysis_record
 OWN = {"checkpoint": None, "mode": "both", "batches": 2, "batch_size": 16, "top_k": 8,
        "approx": ",".join(DEFAULT_APPROXIMATORS), "features": "16,32,64", "fit_sequences": 8, "fit_steps": 100,
        "fit_lr": 1e-2, "out": str(ANALYSIS_ROOT), "models": str(MODELS),
-       "tables": None}  # None: lra.outputs.TABLES chooses
+       "tables": None}  # None: lra.run.outputs.TABLES chooses
 MODES = ("trained", "approx", "both")
 NOTES = [
     "trained: each row averages over the captured validation sequences (real tokens only); `_softmax` columns "

@@ -240,8 +240,8 @@ def start_record(args, port: Path, out: Path, diff: str) -> dict:
                 raise SystemExit(f"error: {out} was started with another {key} ({old.get(key)!r:.80}, now "
                                  f"{facts[key]!r:.80}); resume it with the same port and data, or use another --out")
         return old
-    from lra.machine import cpu_model, read_cpuinfo
-    from lra.record import PROJECT_ROOT, git_sha
+    from lra.run.machine import cpu_model, read_cpuinfo
+    from lra.run.record import PROJECT_ROOT, git_sha
 
     facts.update(git_sha=git_sha(PROJECT_ROOT), started_at=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
                  threads=args.threads,
@@ -252,7 +252,7 @@ def start_record(args, port: Path, out: Path, diff: str) -> dict:
 
 
 def _allocator() -> str:
-    from lra.allocator import malloc_name
+    from lra.run.allocator import malloc_name
 
     return malloc_name()
 

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from lra.record import ANALYSIS_KIND, RECORD_NAME, AnalysisRecord, git_sha, package_versions, write_json_atomic
+from lra.run.record import ANALYSIS_KIND, RECORD_NAME, AnalysisRecord, git_sha, package_versions, write_json_atomic
 
 ANALYSIS_ROOT = Path("outputs/analyses")
 REPO = Path(__file__).resolve().parents[1]

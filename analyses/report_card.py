@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from lra.identity import digest
-from lra.outputs import TABLES
-from lra.run_files import COMMITTED_RUNS
+from lra.run.outputs import TABLES
+from lra.run.run_files import COMMITTED_RUNS
 
 from . import _card_cost, _card_learning
 from ._card_page import headline, page, write_page
@@ -212,10 +212,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def machine() -> dict[str, Any]:
-    """Processor, cores, threads (``lra.machine``)."""
+    """Processor, cores, threads (``lra.run.machine``)."""
     import torch
 
-    from lra.machine import describe
+    from lra.run.machine import describe
 
     return describe(torch.device("cpu"), 1)
 

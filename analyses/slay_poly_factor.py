@@ -41,7 +41,7 @@ from analyses.record import ANALYSIS_ROOT, tabulate, write_analysis_record
 from attention_zoo.kernel import causal_products, kernel_attention, naive_normalized_attention
 from attention_zoo.slay import laguerre_nodes, positive_random_features, quadrature_yat_kernel
 from attention_zoo.yat import naive_yat, unit
-from lra.outputs import TABLES
+from lra.run.outputs import TABLES
 from lra_base.atomic import write_atomic
 
 NAME = "slay_poly_factor"

@@ -2,7 +2,7 @@
 
 Run them on a quiet machine, e.g. ``python -m benchmarks.run_estimate``; each that writes a CSV writes it under
 ``outputs/tables/bench/``, or under ``results/tables/bench/`` (the committed copy) with ``--committed``
-(``lra.outputs``).
+(``lra.run.outputs``).
 """
 
 import argparse

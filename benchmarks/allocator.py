@@ -1,7 +1,7 @@
 """Training steps under CPU allocator settings: ``python -m benchmarks.allocator [--settings ...] [overrides]``.
 
 A full-protocol step allocates and frees gigabytes of activations whose sizes change with every batch's
-longest sequence. ``run.py`` keeps freed memory for reuse (``lra.allocator``) and hands it back every
+longest sequence. ``run.py`` keeps freed memory for reuse (``lra.run.allocator``) and hands it back every
 ``RELEASE_EVERY`` steps; the memory the heap then grows into, or touches again after a release, costs page
 faults, 4 KiB at a time. A setting is an environment a fresh process starts with:
 
@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from lra.outputs import BENCH
+from lra.run.outputs import BENCH
 from lra_base.atomic import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,10 +66,10 @@ def child(args) -> None:
     """One case: ``args.steps`` timed training steps; prints one JSON line."""
     import pytorch_lightning as pl
 
-    from lra.allocator import release_freed_memory, reuse_freed_memory
     from lra.build import build
     from lra.config import compose_run
     from lra.optimizer import adamw
+    from lra.run.allocator import release_freed_memory, reuse_freed_memory
 
     run = compose_run([f"task={args.task}", f"attention={args.attention}", *args.overrides])
     if run.reuse_freed_memory:
@@ -87,7 +87,7 @@ def child(args) -> None:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if run.reuse_freed_memory and (step + 1) % args.release_every == 0:
-            release_freed_memory()  # as lra.allocator.ReleaseFreedMemory, inside the step it follows
+            release_freed_memory()  # as lra.run.allocator.ReleaseFreedMemory, inside the step it follows
         cpu.append(time.process_time() - start)
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -5,7 +5,7 @@ not scale with the model can dominate. On one thread, the same model, data and o
 1. ``data``: the training DataLoader alone (batches made and collated);
 2. ``model``: forward, loss, backward and AdamW in a plain loop on one batch (the model's own cost);
 3. ``loop``: the same plain loop reading from the DataLoader;
-4. ``run``: ``lra.train.run`` (Lightning with the run's callbacks and loggers; ``fit_time_s`` and its tokens/s).
+4. ``run``: ``lra.run.train.run`` (Lightning with the run's callbacks and loggers; ``fit_time_s`` and its tokens/s).
 Also the model step's FLOPs (``torch.utils.flop_counter``) and its top operators by self CPU time. Overrides
 are ``run.py``'s (defaults: the ablation's LLoPS p = 4, m = 64, width 64). A benchmark, not a test.
 """
@@ -24,7 +24,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from lra.build import plain_training
 from lra.config import compose_run
-from lra.train import run
+from lra.run.train import run
 
 DEFAULTS = ["task=ar", "attention=llops", "attention.degree=4", "attention.features=64", "attention.square=true",
             "model.dim=64", "model.ffn_dim=128", "task.optim.lr=3e-3", "task.optim.warmup_steps=100",

@@ -19,8 +19,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import attention_zoo
-from lra.allocator import reuse_freed_memory
-from lra.outputs import BENCH
+from lra.run.allocator import reuse_freed_memory
+from lra.run.outputs import BENCH
 from lra_base.atomic import save_figure, write_atomic
 
 DEFAULT_NAMES = ["softmax", "linear", "based", "llops", "polysketch", "performer", "cosformer", "nystrom"]

@@ -6,7 +6,7 @@ Both versions build the mechanism as ``python run.py task=listops attention=<nam
 and backward of each, taking turns (ABBA), on the same full-protocol ListOps batches: ``(B, H, N, head_dim)``
 inputs (the config's batch size, heads and width) with ``B`` sequences of real training-set lengths (drawn from
 the config's ``data_dir`` with a fixed seed), padded to the batch's longest, and their key padding mask. Freed
-memory is kept for reuse, as in training (``lra.allocator``). Time is the thread's CPU time on one intra-op
+memory is kept for reuse, as in training (``lra.run.allocator``). Time is the thread's CPU time on one intra-op
 thread (time spent waiting for a core is not counted, so the ratio holds on a loaded machine; absolute times
 still move with shared caches), or wall time with ``--threads 2`` (idle cores only). Prints each version's
 median seconds a round and the median of the per-round ratios (this tree / REV), and how far the two versions'
@@ -29,9 +29,9 @@ from hydra.errors import HydraException
 import attention_zoo
 from benchmarks.revision import import_at
 from benchmarks.step_versions import compare
-from lra.allocator import reuse_freed_memory
 from lra.config import compose_run
 from lra.module import attention_factory
+from lra.run.allocator import reuse_freed_memory
 from lra.settings import Run
 from lra_base.errors import UserError
 

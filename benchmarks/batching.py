@@ -23,12 +23,12 @@ from omegaconf.errors import OmegaConfBaseException
 
 from data_prep.compact import CompactSplit
 from data_prep.listops import NUM_CLASSES, VOCAB, sample_trees
-from lra.allocator import reuse_freed_memory
 from lra.build import build_model
 from lra.config import compose_run
 from lra.data import SequenceDataset, pad_batch
-from lra.machine import cpu_model, read_cpuinfo, vector_units
 from lra.optimizer import adamw
+from lra.run.allocator import reuse_freed_memory
+from lra.run.machine import cpu_model, read_cpuinfo, vector_units
 from lra.sampling import EpochSampler, LengthGroupedSampler
 from lra.settings import Run
 from lra_base.errors import UserError
@@ -37,7 +37,7 @@ POOLS = (1, 5, 10, 20, 50, 100)
 
 
 def cpu_name() -> str:
-    """The processor and its widest vector units (``lra.machine``, which the run records use too)."""
+    """The processor and its widest vector units (``lra.run.machine``, which the run records use too)."""
     cpuinfo = read_cpuinfo()
     return f"{cpu_model(cpuinfo)} ({vector_units(cpuinfo)})"
 

@@ -37,10 +37,10 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from attention_zoo import extra_inputs
-from lra.allocator import reuse_freed_memory
 from lra.config import compose_run
 from lra.model import AttentionBlock
-from lra.outputs import BENCH
+from lra.run.allocator import reuse_freed_memory
+from lra.run.outputs import BENCH
 from lra.tasks.listops import LitModule
 from lra_base.atomic import write_atomic
 

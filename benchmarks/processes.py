@@ -25,7 +25,7 @@ import pandas as pd
 
 from benchmarks import taking_turns, write_csv
 from benchmarks.batching import cpu_name
-from lra.outputs import BENCH
+from lra.run.outputs import BENCH
 from results.bench_tables import processes_table
 
 ROOT = Path(__file__).resolve().parents[1]

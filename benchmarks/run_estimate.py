@@ -40,13 +40,13 @@ import torch
 
 from benchmarks import attention_name
 from benchmarks.flops import counter, gemm_gflops
-from lra.allocator import reuse_freed_memory
 from lra.build import build
 from lra.config import compose_run
-from lra.outputs import BENCH
+from lra.run.allocator import reuse_freed_memory
+from lra.run.outputs import BENCH
+from lra.run.subnormals import flush_subnormals
+from lra.run.threads import torch_threads
 from lra.settings import Run
-from lra.subnormals import flush_subnormals
-from lra.threads import torch_threads
 from lra_base.atomic import write_atomic
 from lra_base.errors import UserError
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from benchmarks import attention_name
 from benchmarks.revision import ROOT, unpack
-from lra.outputs import BENCH
+from lra.run.outputs import BENCH
 from lra_base.atomic import write_atomic
 from lra_base.errors import UserError
 

@@ -23,13 +23,13 @@ from torch import Tensor, nn
 
 from benchmarks import attention_name
 from benchmarks.loading import LoadingTimer
-from lra.allocator import reuse_freed_memory
 from lra.build import build_model, example_batch
 from lra.config import CONF_DIR, compose_run
 from lra.model import AttentionBlock
-from lra.outputs import BENCH
+from lra.run.allocator import reuse_freed_memory
+from lra.run.outputs import BENCH
+from lra.run.subnormals import flush_subnormals
 from lra.settings import Run
-from lra.subnormals import flush_subnormals
 from lra.task_facts import task_names
 from lra_base.atomic import write_atomic
 from lra_base.errors import UserError
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.out = BENCH.choose(parser, args)
     logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)  # one Trainer per measurement
-    flush_subnormals()  # as training does (lra.subnormals)
+    flush_subnormals()  # as training does (lra.run.subnormals)
     if not args.default_allocator:
         reuse_freed_memory()
     rows = []

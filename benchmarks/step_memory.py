@@ -39,11 +39,11 @@ import attention_zoo
 from benchmarks import attention_name
 from benchmarks.loading import LoadingTimer
 from benchmarks.step import VOCAB
-from lra.allocator import reuse_freed_memory
 from lra.build import build_model, example_batch
 from lra.config import compose_run
-from lra.outputs import BENCH
-from lra.subnormals import flush_subnormals
+from lra.run.allocator import reuse_freed_memory
+from lra.run.outputs import BENCH
+from lra.run.subnormals import flush_subnormals
 from lra_base.atomic import write_atomic
 
 TASKS = ["text", "retrieval"]

@@ -34,8 +34,8 @@ import lra.model
 import lra.optimizer
 from benchmarks.revision import import_at
 from benchmarks.step import PassThrough
-from lra.allocator import reuse_freed_memory
 from lra.config import compose_run
+from lra.run.allocator import reuse_freed_memory
 from lra.settings import Run
 from lra_base.errors import UserError
 

@@ -1,7 +1,7 @@
 """Training steps with subnormal floats flushed or kept: ``python -m benchmarks.subnormals --checkpoint CKPT``.
 
 A trained softmax model's attention weights and their gradients fall below float32's smallest normal number,
-where x86 cores compute through a slow microcode assist (``lra.subnormals``). This times forward and backward of a
+where x86 cores compute through a slow microcode assist (``lra.run.subnormals``). This times forward and backward of a
 run's checkpoint (its saved config and weights, loaded with ``weights_only=True``) and of the same model at
 initialisation, in training mode (dropout on), on the first ``--batches`` validation batches (real trees, file
 order), in a fresh process for each measurement: the mode must be set before torch's threads start. ``KEY=VALUE``
@@ -25,7 +25,7 @@ import pandas as pd
 
 from benchmarks import taking_turns, write_csv
 from benchmarks.batching import cpu_name
-from lra.outputs import BENCH
+from lra.run.outputs import BENCH
 from results.bench_tables import subnormals_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,7 +61,7 @@ def measure(checkpoint: Path, batches: int, data_dir: str | None, settings: list
 
     from analyses._microscope_models import validation_batches
     from lra.build import build_model
-    from lra.record_compat import upgrade
+    from lra.run.record_compat import upgrade
 
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     hparams = state["hyper_parameters"]
@@ -107,7 +107,7 @@ def one_process(mode: str, args: argparse.Namespace) -> dict[str, float]:
 
 def worker(args: argparse.Namespace) -> int:
     if args.worker == "flushed":
-        from lra.subnormals import flush_subnormals
+        from lra.run.subnormals import flush_subnormals
 
         flush_subnormals()  # before any tensor work: every intra-op thread starts flushed
     print(json.dumps(measure(args.checkpoint, args.batches, args.data_dir, args.settings)))

@@ -25,13 +25,13 @@ import pytorch_lightning as pl
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks import taking_turns, write_csv
-from lra.allocator import reuse_freed_memory
 from lra.build import build
 from lra.config import compose_run
 from lra.optimizer import adamw
-from lra.outputs import BENCH
-from lra.subnormals import flush_subnormals
-from lra.threads import torch_threads
+from lra.run.allocator import reuse_freed_memory
+from lra.run.outputs import BENCH
+from lra.run.subnormals import flush_subnormals
+from lra.run.threads import torch_threads
 from lra_base.errors import UserError
 
 GROUPS = {

@@ -5,7 +5,7 @@ process on 2 cores stalls at every parallel region; threads that sleep at once p
 region, which on an idle machine costs as much as a second thread gains. A policy is ``PASSIVE`` or
 ``ACTIVE`` (``OMP_WAIT_POLICY``) or ``spin:N`` (libgomp's ``GOMP_SPINCOUNT=N``: spin N rounds, then sleep;
 libgomp's own default when neither is set is 300000, about 3 ms), and a first case sets none of them nor
-``OMP_NUM_THREADS``: what ``run.py`` does by itself (``lra.threads``). Each case runs
+``OMP_NUM_THREADS``: what ``run.py`` does by itself (``lra.run.threads``). Each case runs
 ``python run.py task=listops attention=<a> experiment=quick task.max_steps=<steps>`` in a fresh process
 (outputs under a temporary folder) with ``OMP_NUM_THREADS`` and the policy set, once with the machine as it
 is ("idle": run it on a quiet machine) and once beside a one-thread busy loop ("busy"). Reports the whole
@@ -30,11 +30,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from lra.outputs import BENCH
+from lra.run.outputs import BENCH
 from lra_base.atomic import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
-CHOICE = re.compile(r"threads: (\d+) \(other processes keep ([0-9.]+) of")  # lra.threads' log line
+CHOICE = re.compile(r"threads: (\d+) \(other processes keep ([0-9.]+) of")  # lra.run.threads' log line
 SPIN = "import itertools\nfor _ in itertools.count():\n    pass\n"  # one core busy, no OpenMP
 
 
@@ -61,7 +61,7 @@ def job_command(attention: str, steps: int, run_dir: Path, overrides: list[str])
 
 def job_env(threads: int | None, policy: str) -> dict[str, str]:
     """This environment with the thread count and wait policy (``PASSIVE``, ``ACTIVE``, ``spin:N``) of one case;
-    ``threads=None``: none of them set, the suite chooses (``lra.threads``: libgomp's spin, free cores)."""
+    ``threads=None``: none of them set, the suite chooses (``lra.run.threads``: libgomp's spin, free cores)."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS")}
     if threads is None:
         return env

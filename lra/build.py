@@ -1,7 +1,7 @@
 """One build path from a ``Run`` to what trains: ``build(run)`` returns the task's data module (prepared and set up),
 its LightningModule and Lightning's ``Trainer`` arguments.
 
-``lra.train`` (``run.py``), the analyses and the benchmarks build through here, so each of them trains or times
+``lra.run.train`` (``run.py``), the analyses and the benchmarks build through here, so each of them trains or times
 what ``python run.py`` would: run -> task module (``lra/tasks/<task>.py``) -> ``DataModule`` -> ``LitModule``.
 A task is one module defining ``DataModule``, ``LitModule`` and its facts (``lra.task_facts``); nothing else names
 tasks.
@@ -10,8 +10,11 @@ tasks.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 from lra_base.errors import UserError
 
@@ -51,12 +54,24 @@ def build_model(run: Run, vocab_size: int, num_classes: int) -> ClassificationMo
 
 
 def build(run: Run) -> Built:
-    """Data, model and ``Trainer`` arguments of ``run``; an attention its constructor refuses fails before any data
-    work."""
+    """Data, model and ``Trainer`` arguments of ``run``; an attention its constructor refuses, or a DDP trainer on a
+    machine without a GPU, fails before any data work."""
     check_attention_builds(run)  # on the meta device: draws nothing
+    refuse_ddp_without_gpu(run.trainer)
     datamodule = build_data(run)
     model = build_model(run, datamodule.vocab_size, datamodule.num_classes)
     return Built(datamodule, model, run.trainer_arguments)
+
+
+def refuse_ddp_without_gpu(trainer: Mapping[str, Any]) -> None:
+    """``trainer=ddp`` (accelerator ``auto``, ``bf16-mixed``) where torch sees no GPU is refused: Lightning would run
+    one process on the CPU in bf16 autocast, neither DDP nor the CPU's float32, without a word."""
+    if trainer.get("accelerator") == "auto" and str(trainer.get("strategy", "")).startswith("ddp") \
+            and not torch.cuda.is_available():
+        raise UserError(f"trainer.strategy={trainer['strategy']} with trainer.accelerator=auto found no GPU (torch "
+                        f"sees none), so it would run one {trainer.get('precision')} process on the CPU: on a CPU use "
+                        f"trainer=ddp_cpu (float32 processes, trainer.devices of them), or set trainer.accelerator=cpu "
+                        f"to choose the rest yourself")
 
 
 def example_batch(run: Run, batch_size: int, vocab_size: int, generator) -> dict[str, Any]:

@@ -1,11 +1,12 @@
 """The checks of a run's settings that a single field's range cannot say: relations between sections, the names
-that make a run folder, the machine (its memory, its GPUs) and ``conf/`` (an experiment's coverage of the task).
+that make a run folder, the machine (its memory) and ``conf/`` (an experiment's coverage of the task).
 
 ``lra.settings.Run.parse`` runs them once, with the rules declared on the schema's fields (``lra.setting_rules``):
 names first, then every field, then ``check_relations``. The field rules that need more words than a range call the
-predicates and problems here. No torch (but ``refuse_ddp_without_gpu``, when the Trainer arguments are derived):
-``run.py`` checks before torch loads. The command line itself (keys and group options that do not exist, keys
-added that nothing reads, missing plugins) is checked before composing, in ``lra.overrides``.
+predicates and problems here. No torch: ``run.py`` checks before torch loads (a DDP trainer on a machine without a
+GPU, which needs torch to tell, ``lra.build`` refuses before any data work). The command line itself (keys and group
+options that do not exist, keys added that nothing reads, missing plugins) is checked before composing, in
+``lra.run.overrides``.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from data_prep.compact import SPLITS
 from lra_base.errors import UserError
 
 from .attention_options import check_attention_options
-from .run_files import folder_name_problem
+from .config import CONF_DIR
 from .setting_rules import is_integer, is_number
 from .task_facts import length_varying_tasks
 
 NAME_KEYS = ("task.name", "attention.name", "tag", "experiment")  # settings that name a run folder's parts
+NAME_MAX = 255  # bytes in one file or folder name (Linux, macOS)
 MAX_SEED = 2**32 - 1  # numpy's and Lightning's largest seed
 # Lightning's `precision` values (lightning_fabric's _PRECISION_INPUT)
 PRECISIONS = (64, 32, 16, "64", "32", "16", "bf16", "16-true", "16-mixed", "bf16-true", "bf16-mixed", "32-true",
@@ -107,6 +109,20 @@ def setting(cfg: Mapping[str, Any], key: str) -> Any:
     for part in key.split("."):
         node = node.get(part) if isinstance(node, Mapping) else None
     return node
+
+
+def folder_name_problem(text: str) -> str | None:
+    """Why ``text`` is not one plain file or folder name (empty, ``.`` or ``..``, a ``/``, a line break or other
+    control character, over ``NAME_MAX`` bytes), else None."""
+    if text in ("", ".", ".."):
+        return "empty" if not text else f"{text!r} names a folder that exists already (this one or its parent)"
+    if "/" in text or (os.sep != "/" and os.sep in text):
+        return "it holds a '/', so it would be several folders"
+    if not text.isprintable():
+        return "it holds a character that is not printable (a line break, an escape, a control character)"
+    if len(text.encode("utf-8", "surrogatepass")) > NAME_MAX:
+        return f"{len(text.encode('utf-8', 'surrogatepass'))} bytes, over the {NAME_MAX} a file system takes"
+    return None
 
 
 def check_name(key: str, value: object) -> None:
@@ -193,8 +209,6 @@ def check_memory(cfg: Mapping[str, Any], memory: int | None = None) -> None:
 def check_experiment(cfg: Mapping[str, Any], conf_dir: Path | None = None) -> None:
     """Refuse an experiment with per-task settings (``conf/experiment/<name>/``) that has none for this task:
     Hydra's optional include would skip them, and the run would be the full protocol under the experiment's tag."""
-    from .config import CONF_DIR
-
     name, task = cfg.get("experiment"), cfg["task"]["name"]
     folder = Path(conf_dir or CONF_DIR) / "experiment" / str(name)
     if not name or not folder.is_dir() or (folder / f"{task}.yaml").is_file():
@@ -228,23 +242,10 @@ def check_processes(cfg: Mapping[str, Any]) -> None:
 def check_training_steps(cfg: Mapping[str, Any]) -> None:
     """Lightning settings that train no step at all (``+trainer.max_epochs=0``, ``+trainer.limit_train_batches=0``,
     ``trainer.max_steps=0``) are refused: the run would test an untrained model and, but for the check after
-    fitting (``lra.train.refuse_short_fit``), record it completed. A run is as long as ``task.max_steps``."""
+    fitting (``lra.run.train.refuse_short_fit``), record it completed. A run is as long as ``task.max_steps``."""
     for key in NO_STEP_KEYS:
         value = cfg["trainer"].get(key)
         if is_number(value) and value == 0:
             raise UserError(f"trainer.{key}={value!r} trains no step, so the run would only test an untrained model: "
                             f"drop it; a run trains task.max_steps={cfg['task']['max_steps']} optimizer steps, and "
                             f"task.max_steps=N (with task.eval_every) shortens it")
-
-
-def refuse_ddp_without_gpu(trainer: Mapping[str, Any]) -> None:
-    """``trainer=ddp`` (accelerator ``auto``, ``bf16-mixed``) where torch sees no GPU is refused: Lightning would run
-    one process on the CPU in bf16 autocast, neither DDP nor the CPU's float32, without a word."""
-    import torch
-
-    if trainer.get("accelerator") == "auto" and str(trainer.get("strategy", "")).startswith("ddp") \
-            and not torch.cuda.is_available():
-        raise UserError(f"trainer.strategy={trainer['strategy']} with trainer.accelerator=auto found no GPU (torch "
-                        f"sees none), so it would run one {trainer.get('precision')} process on the CPU: on a CPU use "
-                        f"trainer=ddp_cpu (float32 processes, trainer.devices of them), or set trainer.accelerator=cpu "
-                        f"to choose the rest yourself")

@@ -3,7 +3,7 @@
 A run's settings say where its data lives (``data_dir`` is where-or-how, ``lra.identity``), not what that folder
 holds: two folders prepared with the same settings can hold other examples (an import of other files, a folder
 prepared again by another version). So a run keeps the identity of its data in its checkpoints and its record,
-and a resume or a completed folder asked for on other data is refused by name (``lra.same_run``). The split files'
+and a resume or a completed folder asked for on other data is refused by name (``lra.run.same_run``). The split files'
 checksums are compared, not the manifest's bytes: the manifest also names the folder it was written to, and the
 same data moved elsewhere is the same data. No torch here: ``run.py`` checks before torch loads.
 """

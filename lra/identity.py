@@ -2,8 +2,8 @@
 the settings that change what a run computes.
 
 Every question "is this the same run?" is answered by those methods, or here by the same rules: the run folder's
-name (``lra.hydra_hooks.run_name``, from the command line's keys), the refusal of a resume or a completed folder of
-other settings (``lra.same_run``), the protocol check of ``results``, the analyses' reuse-or-train
+name (``lra.run.hydra_hooks.run_name``, from the command line's keys), the refusal of a resume or a completed folder of
+other settings (``lra.run.same_run``), the protocol check of ``results``, the analyses' reuse-or-train
 (``analyses._runs``), the microscope's model cache and the analyses' finished cells.
 
 A setting belongs to the identity unless ``WHERE_OR_HOW`` lists it (or a section above it): where the data and the
@@ -83,7 +83,7 @@ def compare(first: Mapping[str, Any], second: Mapping[str, Any],
             implicit: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
     """``(key, first's value, second's value)`` for every key where two identities differ, by key; ``ABSENT`` for a
     missing one. ``implicit``: settings added to ``conf/`` after one of them was written, with the value it used
-    without naming it (``lra.record_compat.IMPLICIT``), on both sides (``lra.settings.Run.differences``)."""
+    without naming it (``lra.implicit.IMPLICIT``), on both sides (``lra.settings.Run.differences``)."""
     old, new = {**implicit, **first}, {**implicit, **second}
     pairs = [(key, old.get(key, ABSENT), new.get(key, ABSENT)) for key in sorted(old.keys() | new.keys())]
     return [(key, a, b) for key, a, b in pairs if a != b]

@@ -19,7 +19,6 @@ from lra_base.errors import UserError
 
 from . import rng_state
 from .data_identity import CHECKPOINT_KEY
-from .machine import describe
 from .model import ClassifierHead, Encoder
 from .optimizer import adamw
 from .schedules import scheduler
@@ -82,13 +81,13 @@ class ClassificationModule(pl.LightningModule):
     """
 
     # a task whose read-out fixes the pooling sets it here, not in the config: the saved hyper-parameters stay the
-    # composed config, which a resume compares against (lra.same_run)
+    # composed config, which a resume compares against (lra.run.same_run)
     fixed_pooling: str | None = None
 
     def __init__(self, run: Run, vocab_size: int, num_classes: int):
         super().__init__()
-        # checkpoints keep the settings as plain data (torch.load's weights_only reads them); lra.record_compat.upgrade
-        # turns them back into a Run
+        # checkpoints keep the settings as plain data (torch.load's weights_only reads them);
+        # lra.run.record_compat.upgrade turns them back into a Run
         self.save_hyperparameters({"cfg": run.config(), "vocab_size": vocab_size, "num_classes": num_classes})
         self.run = run
         self.encoder = build_encoder(run, vocab_size, self.fixed_pooling)
@@ -97,7 +96,7 @@ class ClassificationModule(pl.LightningModule):
         self.train_acc, self.val_acc, self.test_acc = metric(), metric(), metric()
         self.train_tokens = 0  # real (unpadded) training tokens over every segment of the run
         self.fit_seconds_before = 0.0  # training time of the segments before a resume
-        self.segments: list[dict[str, Any]] = []  # each segment's first step and machine (lra.machine)
+        self.segments: list[dict[str, Any]] = []  # each segment's first step and machine (lra.run.callbacks)
         self._segment_start: float | None = None
 
     def build_head(self, model: Model, num_classes: int) -> nn.Module:
@@ -143,11 +142,6 @@ class ClassificationModule(pl.LightningModule):
     def on_fit_start(self) -> None:
         self._segment_start = time.perf_counter()
 
-    def on_train_start(self) -> None:  # after a resume has restored the step
-        machine = describe(self.device, self.trainer.world_size)
-        self.segments.append({"from_step": int(self.trainer.global_step), **machine,
-                              "precision": str(self.trainer.precision), "torch": str(torch.__version__)})
-
     def fit_seconds(self) -> float:
         """Training time so far, summed over the segments of an interrupted and resumed run."""
         running = 0.0 if self._segment_start is None else time.perf_counter() - self._segment_start
@@ -157,7 +151,7 @@ class ClassificationModule(pl.LightningModule):
         rng_state.add_to(checkpoint, self)  # dropout masks continue exactly on resume (all ranks get here)
         checkpoint["run_progress"] = {"fit_seconds": self.fit_seconds(), "train_tokens": self.train_tokens,
                                       "segments": self.segments}
-        if (data := self.data_identity()) is not None:  # a resume on other data is refused (lra.same_run)
+        if (data := self.data_identity()) is not None:  # a resume on other data is refused (lra.run.same_run)
             checkpoint[CHECKPOINT_KEY] = data
 
     def data_identity(self) -> dict[str, Any] | None:

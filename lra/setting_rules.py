@@ -102,7 +102,7 @@ def section_schema(hint: Any) -> type | None:
 
 def optional_keys(schema: type, where: str = "") -> dict[str, tuple[str, ...]]:
     """``{"task": ("causal", "truncate"), ...}``: per section, the keys a config may leave out (they have a default),
-    so ``+task.truncate=...`` may add them (``lra.overrides``)."""
+    so ``+task.truncate=...`` may add them (``lra.run.overrides``)."""
     found: dict[str, tuple[str, ...]] = {}
     declared = schema_fields(schema)
     optional = tuple(name for name, (spec, hint) in declared.items()

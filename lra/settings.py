@@ -3,11 +3,11 @@
 ``Run.parse(config)`` completes the config (an optional setting left out takes its default, declared here once:
 records and checkpoints then carry every setting), checks it (every setting's type, range and relations, declared
 on its field with ``lra.setting_rules``; the attention's options against what its class declares; the experiment's
-coverage of the task; the machine's memory) and returns the ``Run`` that ``lra.train``, ``lra.build``, the data
+coverage of the task; the machine's memory) and returns the ``Run`` that ``lra.run.train``, ``lra.build``, the data
 and task modules, the schedules, the analyses and the benchmarks take. A refusal is one line naming the key and the
 fix. The values derived from the settings (batch sizes, Lightning's ``Trainer`` arguments) and the run's identity
 are its properties and methods. ``Run.read(config)`` builds one without the checks, from a config written earlier
-(a record's, a checkpoint's: ``lra.record_compat.upgrade``) or composed only to compare with.
+(a record's, a checkpoint's: ``lra.run.record_compat.upgrade``) or composed only to compare with.
 
 ``conf/`` holds the values: the protocol's, per task and per experiment. Keys a section does not declare stay in
 its ``own`` mapping (a task's own keys such as ``ar``'s ``seq_len``, the generator options ``data.generate``); the
@@ -19,12 +19,12 @@ section 5. No torch here: ``run.py`` checks before torch loads.
 from __future__ import annotations
 
 import copy
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, Literal
 
 from . import checks, identity
+from .implicit import IMPLICIT
 from .setting_rules import (
     check_fields,
     check_missing,
@@ -40,8 +40,6 @@ from .setting_rules import (
     schema_fields,
     section_schema,
 )
-
-log = logging.getLogger(__name__)
 
 Schedule = Literal["linear", "constant", "rsqrt", "cosine", "onecycle"]  # task.optim.schedule (lra/schedules.py)
 Pooling = Literal["mean", "cls", "none", "padded_mean"]  # model.pooling (lra/model.py)
@@ -165,7 +163,7 @@ class Run:
     attention: Attention
     trainer: dict = field(metadata=rules(relation(  # any Lightning Trainer argument (checks.trainer_problem)
         lambda value, _: checks.trainer_problem(value) is None, lambda key, value, _: checks.trainer_problem(value))))
-    flush_subnormals: bool  # numbers below 1.18e-38 as 0 on x86 CPUs (lra.subnormals)
+    flush_subnormals: bool  # numbers below 1.18e-38 as 0 on x86 CPUs (lra.run.subnormals)
     own: dict = own()  # e.g. ``analysis``: the analysis that asked for the run
 
     @classmethod
@@ -184,7 +182,7 @@ class Run:
     @classmethod
     def read(cls, config: Mapping[str, Any]) -> Run:
         """The ``Run`` a config describes, unchecked: one written earlier or composed to compare with. An optional
-        setting it leaves out takes its default, a required one None (``lra.record_compat.upgrade`` fills what
+        setting it leaves out takes its default, a required one None (``lra.run.record_compat.upgrade`` fills what
         older layouts left out)."""
         return _section(cls, config)
 
@@ -215,21 +213,27 @@ class Run:
         return self.task.data.eval_batch_size or self.micro_batch_size
 
     @property
-    def trainer_arguments(self) -> dict[str, Any]:
-        """Lightning ``Trainer`` arguments: ``trainer`` with the validation interval counted in optimizer steps.
+    def validation_interval(self) -> Any:
+        """Optimizer steps between validations: ``trainer.val_check_interval`` (``task.eval_every``), except that a run
+        shorter than it validates once, at its last step (``trainer.max_steps``), so it has a checkpoint to test."""
+        every, steps = self.trainer.get("val_check_interval"), self.trainer.get("max_steps")
+        if not self.trainer.get("fast_dev_run") and type(every) is int and type(steps) is int and 0 < steps < every:
+            return steps
+        return every
 
-        A run shorter than its validation interval validates once, at its last step. ``task.micro_batches`` n > 1
-        accumulates n micro-batches into each optimizer step; Lightning counts the interval in micro-batches, so it
-        is scaled to stay ``task.eval_every`` optimizer steps."""
+    @property
+    def trainer_arguments(self) -> dict[str, Any]:
+        """Lightning ``Trainer`` arguments: ``trainer`` with the validation interval counted in optimizer steps
+        (``validation_interval``). A computation only: ``lra.build`` refuses what the machine cannot run and
+        ``lra.run.train`` says when the interval was shortened.
+
+        ``task.micro_batches`` n > 1 accumulates n micro-batches into each optimizer step; Lightning counts the
+        interval in micro-batches, so it is scaled to stay ``task.eval_every`` optimizer steps."""
         args = dict(self.trainer)
-        checks.refuse_ddp_without_gpu(args)
         args["use_distributed_sampler"] = False  # under DDP the data module shards its own orders: exact resume
-        every, steps = args.get("val_check_interval"), args.get("max_steps")
-        if not args.get("fast_dev_run") and type(every) is int and type(steps) is int and 0 < steps < every:
-            log.warning("max_steps=%d ends before the first validation (every %d steps, task.eval_every): validating "
-                        "once, at step %d, so the run has a checkpoint to test. To shorten a run set task.max_steps "
-                        "and task.eval_every.", steps, every, steps)
-            args["val_check_interval"] = every = steps
+        every = self.validation_interval
+        if every != args.get("val_check_interval"):
+            args["val_check_interval"] = every
         if self.task.micro_batches > 1:
             args["accumulate_grad_batches"] = self.task.micro_batches
             args["val_check_interval"] = every * self.task.micro_batches
@@ -249,9 +253,7 @@ class Run:
     def differences(self, other: Run) -> list[tuple[str, Any, Any]]:
         """``(key, this run's value, the other's)`` for every identity setting where the two differ, by key
         (``lra.identity.ABSENT`` for a missing one); a setting added to ``conf/`` after one of them was written counts
-        at the value it ran with (``lra.record_compat.IMPLICIT``)."""
-        from .record_compat import IMPLICIT  # compatibility lives there; it builds Runs, so imported here
-
+        at the value it ran with (``lra.implicit.IMPLICIT``)."""
         return identity.compare(self.identity(), other.identity(), IMPLICIT)
 
 

@@ -10,6 +10,6 @@ class Diverged(Exception):
 
 
 def refused_before_training(err: BaseException) -> bool:
-    """Whether ``err`` stopped a run before its training began (``lra.train.train_and_record``), so that the run
+    """Whether ``err`` stopped a run before its training began (``lra.run.train.train_and_record``), so that the run
     wrote no record: the folder keeps the record it had, if any."""
     return bool(getattr(err, "before_training", False))

@@ -25,7 +25,8 @@ QUIET_S = 60.0  # seconds without a change before an unlocked temporary file or 
 # lra_base.atomic's temporary files (tempfile.mkstemp's 8 characters)
 TEMP = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
 STAGING = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.staging$")  # data_prep.staging's folders
-BEST = re.compile(r"^best-step\d+(-v\d+)?\.ckpt$")  # lra.train's best checkpoints (best-step{step}, Lightning's -vN)
+# lra.run.train's best checkpoints (best-step{step}, Lightning's -vN)
+BEST = re.compile(r"^best-step\d+(-v\d+)?\.ckpt$")
 RUN_SUBFOLDERS = ("", "checkpoints", "csv", "tensorboard")  # where a run writes through lra_base.atomic
 
 
@@ -73,7 +74,7 @@ def referenced_checkpoints(last: Path) -> set[str] | None:
 
     try:
         saved = torch.load(last, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:  # damaged: the resume names it (lra.checkpoints.resume_point)
+    except Exception:  # damaged: the resume names it (lra.run.checkpoints.resume_point)
         return None
     names = set()
     for state in (saved.get("callbacks") or {}).values():

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lra.run_files import COMMITTED_RUNS_NAME
+from lra.run.run_files import COMMITTED_RUNS_NAME
 from lra_base.atomic import LinkRefused, check_writable, refuse_link, write_atomic
 from results.analyses import find_analyses, write_analysis_tables
 from results.collect import collect

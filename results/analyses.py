@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lra.record import ANALYSIS_KIND, AnalysisRecord
+from lra.run.record import ANALYSIS_KIND, AnalysisRecord
 from lra_base.atomic import write_atomic
 from results.collect import MalformedRecord, analysis_problem, find_records, read_record
 from results.markdown import markdown_table

@@ -25,8 +25,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lra.record import INTERRUPTED, RECORD_NAME, completed_record
-from lra.run_files import COMMITTED_RUNS, METRICS_NAMES, SET_ASIDE, archive_path, is_set_aside
+from lra.run.record import INTERRUPTED, RECORD_NAME, completed_record
+from lra.run.run_files import COMMITTED_RUNS, METRICS_NAMES, SET_ASIDE, archive_path, is_set_aside
 from lra_base.atomic import read_regular, refuse_link, write_atomic
 
 CURVE = "metrics.csv"

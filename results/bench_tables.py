@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lra.record_compat import has_column
+from lra.run.record_compat import has_column
 from lra_base.atomic import write_atomic
 from results.markdown import markdown_table
 
@@ -157,7 +157,7 @@ def memory_table(frame: pd.DataFrame) -> str:
 
 def threads_table(frame: pd.DataFrame) -> str:
     """``benchmarks.threads``: the quick job's steps idle and beside one busy process, per thread setting."""
-    names = {"suite": "none set: run.py's own (lra.threads)", "PASSIVE": "OMP_WAIT_POLICY=PASSIVE",
+    names = {"suite": "none set: run.py's own (lra.run.threads)", "PASSIVE": "OMP_WAIT_POLICY=PASSIVE",
              "ACTIVE": "OMP_WAIT_POLICY=ACTIVE"}
     chose = has_column(frame, "choices")  # CSVs written before the suite's choices were recorded lack it
     rows = [[r.load, str(r.threads), names.get(r.policy, r.policy.replace("spin:", "GOMP_SPINCOUNT=")),

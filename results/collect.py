@@ -1,6 +1,6 @@
 """Find every run's `result.json` and turn them into one long table (one row per run x metric).
 
-The fields a record has are `lra.record.RunRecord` (training) and `lra.record.AnalysisRecord` (analyses).
+The fields a record has are `lra.run.record.RunRecord` (training) and `lra.run.record.AnalysisRecord` (analyses).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 
 from lra.config import CONF_DIR
-from lra.record import ANALYSIS_KIND, INTERRUPTED, RECORD_NAME, REQUIRED_FIELDS, AnalysisRecord, RunRecord
-from lra.record_compat import recorded_experiment, whole_run_time
-from lra.run_files import COMMITTED_RUNS, SET_ASIDE, is_set_aside
+from lra.run.record import ANALYSIS_KIND, INTERRUPTED, RECORD_NAME, REQUIRED_FIELDS, AnalysisRecord, RunRecord
+from lra.run.record_compat import recorded_experiment, whole_run_time
+from lra.run.run_files import COMMITTED_RUNS, SET_ASIDE, is_set_aside
 from lra.settings import MAX_SEED
 from lra.task_facts import averaged_tasks, lra_tasks
 from results.machines import device_kind, machine_summary
@@ -223,7 +223,7 @@ def run_label(run: dict) -> str:
 def short_of_steps(record: RunRecord) -> str | None:
     """Why a record that says ``completed`` is not: it trained fewer steps than its config bounds it by
     (``trainer.max_steps``, which is ``task.max_steps`` unless overridden; with no bound, none at all), as runs
-    stopped by ``+trainer.max_epochs=0`` were recorded before ``lra.train`` refused them. None when it is whole, and
+    stopped by ``+trainer.max_epochs=0`` were recorded before ``lra.run.train`` refused them. None when it is whole, and
     for records that do not say (no ``steps`` or config) and debug runs (``trainer.fast_dev_run``)."""
     steps = record.get("steps")
     config = record.get("config")

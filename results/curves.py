@@ -14,8 +14,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from lra.record import INTERRUPTED  # noqa: E402
-from lra.run_files import metrics_path  # noqa: E402
+from lra.run.record import INTERRUPTED  # noqa: E402
+from lra.run.run_files import metrics_path  # noqa: E402
 from lra_base.atomic import save_figure  # noqa: E402
 from results.collect import first_line  # noqa: E402
 from results.plot_style import EDGE, attention_style, plain  # noqa: E402

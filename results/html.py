@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lra.record_compat import experiment_for
+from lra.run.record_compat import experiment_for
 from lra_base.atomic import write_atomic
 from results.collect import CLASSIC_TASKS, Problem
 from results.curves import plot_learning_curves

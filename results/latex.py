@@ -6,7 +6,7 @@ import re
 
 import pandas as pd
 
-from lra.record import DEFAULT_TAG
+from lra.run.record import DEFAULT_TAG
 from results.markdown import attention_order, section_order, shown_tasks
 from results.summary import AVERAGE, REFERENCE_ROWS, best_flags, is_reference, shown_beside
 

@@ -1,11 +1,11 @@
-"""One line naming where a run trained, from its record's ``segments`` (``lra.machine``): the device, or the
+"""One line naming where a run trained, from its record's ``segments`` (``lra.run.machine``): the device, or the
 processor and torch's threads, and the step where each resumed segment moved to another machine."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from lra.record_compat import known
+from lra.run.record_compat import known
 
 PRECISIONS = {"32-true": "fp32", "32": "fp32", "16-mixed": "fp16 mixed", "bf16-mixed": "bf16 mixed",
               "64-true": "fp64", "bf16-true": "bf16", "16-true": "fp16"}
@@ -26,8 +26,8 @@ def device_kind(segments: Any) -> str:
 
 def segment_machine(segment: dict[str, Any]) -> str:
     """``cuda: NVIDIA H200, fp32`` or ``Intel(R) Xeon(R) ..., 1 thread, fp32``; ``, subnormals flushed`` where they were
-    (``lra.subnormals``); ``, jemalloc`` where glibc did not serve ``malloc`` (``lra.allocator``); `` x2 processes``
-    under DDP."""
+    (``lra.run.subnormals``); ``, jemalloc`` where glibc did not serve ``malloc`` (``lra.run.allocator``);
+    `` x2 processes`` under DDP."""
     device = str(segment.get("device", "?"))
     if device == "cpu":
         threads = segment.get("threads", "?")

@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from lra.record import DEFAULT_TAG, INTERRUPTED
+from lra.run.record import DEFAULT_TAG, INTERRUPTED
 from results.collect import CLASSIC_TASKS, UNTAGGED, Problem
 from results.curves import RAN
 from results.escapes import ESCAPE_AT, escape_steps

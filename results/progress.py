@@ -21,7 +21,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from lra.record import RECORD_NAME
+from lra.run.record import RECORD_NAME
 from lra_base.lock import live_holder
 from results.collect import first_line
 from results.curves import readable_curve

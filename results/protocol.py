@@ -4,7 +4,7 @@ The protocol of a run is the repo's Hydra config composed for its task and its e
 record names (null = none, the repo defaults), or for records older than that field the experiment named like
 their tag (`default` = none; `conf/experiment/<tag>.yaml`). Only the settings that change what is measured
 count: the run's identity (`lra.settings.Run.identity`, of the record's config made today's `Run` by
-`lra.record_compat.upgrade`) in the `task`, `model` and `trainer` sections; attention options
+`lra.run.record_compat.upgrade`) in the `task`, `model` and `trainer` sections; attention options
 and the seed vary within a table, and where or how a run ran (data locations, loader workers, devices,
 progress and logging) never counts.
 """
@@ -21,7 +21,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from lra.config import CONF_DIR, compose, copied_settings
 from lra.identity import joined
-from lra.record_compat import IMPLICIT, experiment_for, upgrade
+from lra.implicit import IMPLICIT
+from lra.run.record_compat import experiment_for, upgrade
 from results.markdown_text import md_code, md_text
 
 SECTIONS = ("task", "model", "trainer")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lra.record import INTERRUPTED
+from lra.run.record import INTERRUPTED
 from results.collect import Problem
 from results.protocol import SECTION_SEP, base_tag
 

@@ -28,7 +28,7 @@ import pandas as pd
 
 from data_prep.compact import DataError, load_manifest, load_split
 from data_prep.listops_roots import first_tokens, root_operator_rule
-from lra.run_files import COMMITTED_RUNS_NAME
+from lra.run.run_files import COMMITTED_RUNS_NAME
 from lra_base.atomic import write_atomic
 from results.safe_read import UnsafeFile, read_limited
 

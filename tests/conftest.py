@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 # before torch loads: idle OpenMP threads sleep, not spin; a fixed thread count (a caller's on a busy machine,
-# else 2) so that runs inside tests never change it (lra.threads) and numbers stay deterministic
+# else 2) so that runs inside tests never change it (lra.run.threads) and numbers stay deterministic
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 

@@ -2,7 +2,7 @@
 
 ``results/`` holds committed tables; only ``python -m results --committed``, ``python -m results.archive`` and
 ``python -m results.rules --committed`` write there. Every ``python -m analyses.<name>`` and
-``python -m benchmarks.<name>`` writes under ``outputs/`` (git-ignored) by default (``lra.outputs``).
+``python -m benchmarks.<name>`` writes under ``outputs/`` (git-ignored) by default (``lra.run.outputs``).
 
 The main test copies this working tree into a fresh clone, commits it there and runs each command's smallest mode
 with the clone as its working directory, then asks git whether anything changed. The commands run one after
@@ -24,7 +24,7 @@ import pytest
 
 from analyses import ar_ablation, listops_root, microscope, slay_poly_factor
 from benchmarks import threads
-from lra.outputs import BENCH, TABLES, Destination
+from lra.run.outputs import BENCH, TABLES, Destination
 from tests.benchmarks.test_port_step import CONFIG, MODEL
 from tests.lra.conftest import TINY
 

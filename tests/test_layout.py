@@ -120,7 +120,7 @@ COPIERS = {"shutil.copy", "shutil.copy2", "shutil.copyfile", "shutil.copytree"} 
 WRITE_FLAGS = {"O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC"}
 NOT_REPLACED_WHOLE = {
     ("lra_base/lock.py", "os.open"): "run.lock is held with flock; a replaced lock file would lock nothing",
-    ("lra/hydra_hooks.py", "os.open"): "a sweep's jobs.tsv is appended one line per write by parallel jobs",
+    ("lra/run/hydra_hooks.py", "os.open"): "a sweep's jobs.tsv is appended one line per write by parallel jobs",
     ("results/browser.py", "open"): "chromium's own log, streamed by the child process into its temporary profile",
     ("benchmarks/step_memory.py", "write_text"): "/proc/self/clear_refs is a kernel control file, not an output",
     ("data_prep/_download.py", "open"): "a download's <file>.part is appended across runs (HTTP Range resume); it "
@@ -284,3 +284,69 @@ def private_imports(package: str) -> list[str]:
 @pytest.mark.parametrize("package", ["lra", "lra_base", "data_prep", "results"])
 def test_no_library_package_imports_another_packages_private_module(package):
     assert private_imports(package) == []
+
+
+# The two layers of `lra` (issue 61): the model and tasks, with a run's settings and its one build path (`lra/`), below
+# run management (`lra/run/`: Hydra's hooks, training, checkpoints, records, run folders, the machine). `lra.run`
+# imports the layer below it; no module of that layer imports `lra.run`, absolutely, relatively or inside a function.
+RUN_LAYER = "lra.run"
+
+
+def module_name(path: Path, root: Path) -> str:
+    """``lra.tasks.ar`` for ``<root>/lra/tasks/ar.py``, ``lra.tasks`` for its ``__init__.py``."""
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_names(path: Path, root: Path) -> set[str]:
+    """The dotted name of every module ``path`` imports and of every name it imports from one, relative imports
+    resolved: ``from ..run import record`` in ``lra/tasks/ar.py`` gives ``lra.run`` and ``lra.run.record``."""
+    name = module_name(path, root)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - (node.level - 1)])
+                module = f"{base}.{node.module}" if node.module else base
+            else:
+                module = node.module or ""
+            names |= {module, *(f"{module}.{alias.name}" for alias in node.names)}
+    return names
+
+
+def run_layer_imports(root: Path = ROOT) -> list[str]:
+    """``file: module`` for every import of ``lra.run`` by a module of ``lra`` outside ``lra/run/``."""
+    found = []
+    for path in sorted((root / "lra").rglob("*.py")):
+        if path.relative_to(root / "lra").parts[0] == "run":
+            continue
+        hits = sorted(n for n in imported_names(path, root) if n == RUN_LAYER or n.startswith(f"{RUN_LAYER}."))
+        found += [f"{path.relative_to(root).as_posix()}: {name}" for name in hits]
+    return found
+
+
+def test_the_model_and_task_layer_imports_nothing_of_run_management():
+    found = run_layer_imports()
+    assert found == [], ("the model and task layer imports run management; move the helper down into lra/ or the hook "
+                         "up into an lra.run callback:\n" + "\n".join(found))
+
+
+def test_the_layer_scan_sees_absolute_relative_and_nested_imports(tmp_path):
+    """Not vacuous: each way of importing ``lra.run`` from below is reported, and ``lra/run/`` itself, a module whose
+    name only starts with ``run`` and the layer's own imports are not."""
+    (tmp_path / "lra" / "tasks").mkdir(parents=True)
+    (tmp_path / "lra" / "run").mkdir()
+    files = {"lra/a.py": "from .run.train import run\n", "lra/b.py": "import lra.run.machine\n",
+             "lra/c.py": "def f():\n    from lra import run\n", "lra/d.py": "from . import rng_state, run\n",
+             "lra/tasks/e.py": "from ..run import record\nfrom ..data import CompactDataModule\n",
+             "lra/f.py": "from .runner import x\nfrom . import settings\n",
+             "lra/run/g.py": "from ..settings import Run\nfrom .record import RECORD_NAME\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    assert run_layer_imports(tmp_path) == [
+        "lra/a.py: lra.run.train", "lra/a.py: lra.run.train.run", "lra/b.py: lra.run.machine", "lra/c.py: lra.run",
+        "lra/d.py: lra.run", "lra/tasks/e.py: lra.run", "lra/tasks/e.py: lra.run.record"]

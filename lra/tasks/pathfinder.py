@@ -10,8 +10,8 @@ import logging
 from data_prep import pathfinder as generator
 
 from ..data import GeneratedDataModule
+from ..implicit import with_implicit
 from ..module import ClassificationModule
-from ..record_compat import with_implicit
 
 LRA_COLUMN = 5  # its column in LRA's tables (lra.task_facts)
 AVERAGED = True  # in the LRA average

@@ -14,7 +14,7 @@ import pytest
 from analyses import listops_root
 from data_prep.compact import load_split
 from data_prep.listops_roots import first_tokens, root_operator_rule
-from lra import train
+from lra.run import train
 from tests.lra.conftest import TINY, compose_run
 
 FIRST = np.array([1, 1, 1, 1, 2, 2, 2, 2])

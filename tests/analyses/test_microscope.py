@@ -17,7 +17,7 @@ from analyses._microscope_capture import capture, implicit_matrix, reproduction_
 from analyses._microscope_models import finished_run
 from analyses.microscope import matrices_of, parse, trained_rows
 from lra.model import Encoder
-from lra.record_compat import upgrade
+from lra.run.record_compat import upgrade
 from results.microscope import write_microscope_tables
 
 REQUIRED = ("softmax", "linear", "performer", "nystrom", "based", "llops", "slay")

@@ -51,7 +51,7 @@ def test_a_completed_run_is_reused_only_under_its_own_config(tmp_path):
 def test_a_committed_copy_of_a_completed_run_is_reused_where_its_folder_is_empty(tmp_path, monkeypatch):
     """Another machine's run, archived with `results.archive` (record and curve, no checkpoint), is not trained
     again on a fresh clone; a copy of other settings is not taken for it."""
-    from lra import train
+    from lra.run import train
     from results import archive
 
     committed = tmp_path / "committed"

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from benchmarks import subnormals
-from lra import train
+from lra.run import train
 from tests.lra.conftest import TINY, compose_run
 
 

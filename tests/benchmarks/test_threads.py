@@ -45,12 +45,12 @@ def test_the_busy_process_runs_inside_the_block_and_is_gone_after(monkeypatch):
 
 
 def test_the_suites_choice_is_read_from_the_line_lra_threads_logs(caplog, monkeypatch):
-    from lra.threads import FreeCoreThreads, torch_threads
+    from lra.run.threads import FreeCoreThreads, torch_threads
 
     watcher = FreeCoreThreads(most=2)
     watcher.cpus, watcher._last = {0, 1}, (0.0, 0.0, 0.0)
     monkeypatch.setattr(watcher, "_reading", lambda: (1.0, 1.6, 0.0))  # others kept 1.6 of 2 cores busy
-    with torch_threads(2), caplog.at_level("INFO", logger="lra.threads"):
+    with torch_threads(2), caplog.at_level("INFO", logger="lra.run.threads"):
         assert watcher.check() == 1
     assert threads.CHOICE.findall(caplog.text) == [("1", "1.6")]
 

@@ -78,7 +78,7 @@ def test_a_second_fetch_needs_no_network(fetched, files, capsys, monkeypatch):
 
 @pytest.mark.parametrize("task", list(TASK_FOLDERS))
 def test_fast_dev_run_on_fetched_data(task, fetched, tmp_path):
-    from lra.train import run
+    from lra.run.train import run
     from tests.lra.conftest import compose_run
 
     out, _ = fetched

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import lra.hydra_hooks  # noqa: F401  (registers the run-folder resolver that hydra.run.dir uses)
+import lra.run.hydra_hooks  # noqa: F401  (registers the run-folder resolver that hydra.run.dir uses)
 from lra.config import CONF_DIR, compose, compose_run
 from lra.settings import Run
 
@@ -41,8 +41,8 @@ def interrupted(tiny_data_dir, tmp_path_factory):
     """A run folder of ``tiny`` stopped by SIGTERM at step 6 (``last.ckpt`` saved there), to copy."""
     from pytorch_lightning.utilities.exceptions import SIGTERMException  # torch only where a run is needed
 
-    from lra.callbacks import CheckpointOnPreemption
-    from lra.train import run
+    from lra.run.callbacks import CheckpointOnPreemption
+    from lra.run.train import run
 
     folder = tmp_path_factory.mktemp("interrupted") / "run"
     with pytest.MonkeyPatch.context() as patch:

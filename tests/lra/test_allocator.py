@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from lra import allocator, train
+from lra.run import allocator, train
 from tests.lra.conftest import TINY, compose_run
 
 

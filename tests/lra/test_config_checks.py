@@ -9,7 +9,7 @@ import pytest
 
 from data_prep import listops
 from lra.module import attention_factory
-from lra.overrides import check_added_keys, missing_plugin
+from lra.run.overrides import check_added_keys, missing_plugin
 from lra.settings import Run
 from lra.tasks.listops import DataModule
 from lra_base.errors import UserError

@@ -3,13 +3,15 @@ batch_size / N examples a step, and the ranks' batches of a step together are th
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from lra import hydra_hooks
+from lra.build import build, refuse_ddp_without_gpu
 from lra.checks import split_batch
+from lra.run import hydra_hooks
 from lra.sampling import EpochSampler
 from lra.settings import Run
 from lra.tasks.listops import DataModule
@@ -123,14 +125,32 @@ def test_rank_zero_is_the_first_process_of_the_first_node(monkeypatch, env, zero
     assert hydra_hooks.is_rank_zero() is zero
 
 
-def test_trainer_ddp_without_a_gpu_is_refused_with_the_cpu_preset_named(monkeypatch):
-    """``trainer=ddp``'s accelerator ``auto`` and ``bf16-mixed`` would be one bf16 CPU process: refused, naming
-    ``trainer=ddp_cpu``; with a GPU, or with the accelerator chosen, it is built as given."""
+def test_trainer_ddp_without_a_gpu_is_refused_with_the_cpu_preset_named(monkeypatch, tmp_path):
+    """``trainer=ddp``'s accelerator ``auto`` and ``bf16-mixed`` would be one bf16 CPU process: ``lra.build`` refuses
+    it before any data work, naming ``trainer=ddp_cpu``; with a GPU, or with the accelerator chosen, it is built as
+    given."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     refused = "found no GPU .* one bf16-mixed process on the CPU: on a CPU use trainer=ddp_cpu"
+    ddp = compose_run(["task=listops", "trainer=ddp", f"data_dir={tmp_path / 'data'}"])
+    assert ddp.trainer_arguments["precision"] == "bf16-mixed"  # the arguments are computed; the build refuses
     with pytest.raises(UserError, match=refused):
-        dict(compose_run(["task=listops", "trainer=ddp"]).trainer_arguments)
+        build(ddp)
+    assert not (tmp_path / "data").exists()  # before the data module prepared (generated) anything
     assert compose_run(["task=listops", "trainer=ddp_cpu"]).trainer_arguments["precision"] == "32-true"
-    assert compose_run(["task=listops", "trainer=ddp", "trainer.accelerator=cpu"]).trainer_arguments
+    refuse_ddp_without_gpu(compose_run(["task=listops", "trainer=ddp_cpu"]).trainer)
+    refuse_ddp_without_gpu(compose_run(["task=listops", "trainer=ddp", "trainer.accelerator=cpu"]).trainer)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert compose_run(["task=listops", "trainer=ddp"]).trainer_arguments["precision"] == "bf16-mixed"
+    refuse_ddp_without_gpu(ddp.trainer)
+
+
+def test_reading_the_trainer_arguments_logs_nothing_and_raises_nothing(monkeypatch, caplog):
+    """``Run.trainer_arguments`` is a computation: read twice for a run shorter than its validation interval under
+    ``trainer=ddp`` on a machine without a GPU, it neither warns (``lra.run.train`` does, where the Trainer is built)
+    nor refuses (``lra.build`` does), and gives equal arguments."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    short = compose_run(["task=listops", "trainer=ddp", "task.max_steps=3"])
+    with caplog.at_level(logging.DEBUG):
+        first, second = short.trainer_arguments, short.trainer_arguments
+    assert caplog.records == []
+    assert first == second and first is not second
+    assert first["val_check_interval"] == short.validation_interval == 3

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from lra.record import new_record
-from lra.record_compat import old_experiment_spelling
+from lra.run.record import new_record
+from lra.run.record_compat import old_experiment_spelling
 from tests.lra.conftest import CONF, compose_config, compose_run
 from tests.lra.test_run import run_py
 

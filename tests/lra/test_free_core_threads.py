@@ -1,4 +1,4 @@
-"""Threads from the free cores (lra.threads): /proc/stat parsing, the choice, and the callback's decisions."""
+"""Threads from the free cores (lra.run.threads): /proc/stat parsing, the choice, and the callback's decisions."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from lra import threads
+from lra.run import threads
 
 STAT = """cpu  900 0 300 5000 100 0 0 0 0 0
 cpu0 400 0 100 2000 50 10 5 0 0 0

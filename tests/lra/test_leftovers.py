@@ -9,7 +9,7 @@ import time
 import torch
 
 from data_prep.__main__ import main as data_prep_main
-from lra.train import run
+from lra.run.train import run
 from lra_base.atomic import write_atomic
 from lra_base.leftovers import QUIET_S, remove_orphan_checkpoints
 from lra_base.lock import holding

@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
+from lra.run.train import run
 from lra.settings import Run
-from lra.train import run
 from lra_base.errors import UserError
 from lra_base.lock import LOCK_NAME, run_folder_lock
 from tests.lra.conftest import TINY, compose_run
@@ -83,7 +83,7 @@ def test_a_full_disk_while_checkpointing_keeps_last_ckpt_whole_and_the_rerun_res
     assert not list((tmp_path / "checkpoints").glob("*.tmp")) and not list((tmp_path / "checkpoints").glob(".*"))
     last = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert last["global_step"] == 2  # the previous one, whole
-    with caplog.at_level(logging.INFO, logger="lra.train"):
+    with caplog.at_level(logging.INFO, logger="lra.run.train"):
         resumed = run(cfg, tmp_path)
     assert "(step 2)" in caplog.text and resumed["status"] == "completed" and resumed["steps"] == 4
 
@@ -104,11 +104,11 @@ def test_a_full_disk_in_the_test_stage_says_so(tiny_data_dir, tmp_path, monkeypa
 
 
 def test_a_record_that_does_not_fit_on_the_disk_says_so(tmp_path, monkeypatch):
-    from lra.train import write_record
+    from lra.run.train import write_record
 
     def full(path, payload):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("lra.train.write_json_atomic", full)
+    monkeypatch.setattr("lra.run.train.write_json_atomic", full)
     with pytest.raises(UserError, match=r"while writing result.json \(status completed\)"):
         write_record(tmp_path, {"status": "completed"})

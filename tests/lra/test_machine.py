@@ -2,7 +2,7 @@
 
 import torch
 
-from lra.machine import cpu_model, describe, vector_units
+from lra.run.machine import cpu_model, describe, vector_units
 
 
 def test_vector_units_from_cpuinfo_flags():

@@ -10,7 +10,7 @@ import csv
 
 import pytest
 
-from lra.train import run
+from lra.run.train import run
 from tests.data_prep.official_fixtures import convert_all
 from tests.lra.conftest import TINY, compose_run
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from lra.callbacks import CheckpointOnPreemption
+from lra.run.callbacks import CheckpointOnPreemption
 
 
 def ddp_trainer(others_marked: bool, asked: list, killed: list, between_parts: bool = False) -> SimpleNamespace:

@@ -1,7 +1,7 @@
 """The progress bar counts steps of ``task.max_steps`` (issue 32, point 6).
 
 A run is bounded by steps, so Lightning sets ``max_epochs=-1`` and its own bars showed "Epoch 0/-2" (rich) or the
-batches of one epoch; ``lra.callbacks.StepProgressBar`` shows ``step: ... S/max_steps`` and, after a resume, starts
+batches of one epoch; ``lra.run.callbacks.StepProgressBar`` shows ``step: ... S/max_steps`` and, after a resume, starts
 at the resumed step. These tests read what the bar rendered on a tiny run.
 """
 
@@ -12,10 +12,10 @@ import re
 import pytest
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from lra.callbacks import CheckpointOnPreemption
-from lra.checkpoints import resume_point
+from lra.run.callbacks import CheckpointOnPreemption
+from lra.run.checkpoints import resume_point
+from lra.run.train import run
 from lra.settings import Run
-from lra.train import run
 from tests.lra.conftest import TINY, compose_run, signal_at_step
 
 STEPS = 12

@@ -1,5 +1,5 @@
-"""Older records and manifests are read as what they meant (``lra.record_compat``): one fixture per layout found
-among the committed records (``results/runs``) and in the history of ``lra/record.py`` and ``conf/``."""
+"""Older records and manifests are read as what they meant (``lra.run.record_compat``): one fixture per layout found
+among the committed records (``results/runs``) and in the history of ``lra/run/record.py`` and ``conf/``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import copy
 import pytest
 
 from lra.config import CONF_DIR
-from lra.record_compat import IMPLICIT, experiment_for, recorded_experiment, with_implicit
+from lra.implicit import IMPLICIT, with_implicit
+from lra.run.record_compat import experiment_for, recorded_experiment
 from lra.settings import Run
 from results.collect import collect
 from results.protocol import FROM_CONF, MOST_COMMON, compose_protocol

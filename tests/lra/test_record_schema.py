@@ -1,4 +1,5 @@
-"""result.json has one schema (lra.record): the writers write only declared fields, the collector requires its own."""
+"""result.json has one schema (lra.run.record): the writers write only declared fields, the collector requires its
+own."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import pytest
 
 from analyses.record import write_analysis_record
-from lra.record import REQUIRED_FIELDS, AnalysisRecord, RequiredFields, RunRecord, new_record
+from lra.run.record import REQUIRED_FIELDS, AnalysisRecord, RequiredFields, RunRecord, new_record
 from results.collect import MalformedRecord, read_record
 from tests.lra.conftest import compose_run
 

@@ -14,10 +14,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from lra.callbacks import StopOnDivergence
 from lra.module import ClassificationModule
+from lra.run.callbacks import StopOnDivergence
+from lra.run.train import run
 from lra.settings import Run
-from lra.train import run
 from lra_base.errors import Diverged, UserError
 from lra_base.lock import LOCK_NAME, run_folder_lock
 from tests.lra.conftest import TINY, compose_run
@@ -94,7 +94,7 @@ def test_a_damaged_last_ckpt_names_the_file_and_the_way_out(tiny_data_dir, tmp_p
 @pytest.mark.parametrize("override", ["trainer.max_steps=3", "task.max_steps=3"])
 def test_a_run_shorter_than_its_validation_interval_validates_at_its_end(tiny_data_dir, tmp_path, caplog, override):
     cfg = tiny(tiny_data_dir, override)  # quick validates every 250 steps
-    with caplog.at_level(logging.WARNING, logger="lra.train"):
+    with caplog.at_level(logging.WARNING, logger="lra.run.train"):
         record = run(cfg, tmp_path)
     assert "max_steps=3 ends before the first validation" in caplog.text and "task.eval_every" in caplog.text
     assert record["status"] == "completed" and record["steps"] == 3

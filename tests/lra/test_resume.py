@@ -16,10 +16,10 @@ import pytest
 import torch
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from lra.callbacks import CheckpointOnPreemption, stop_signal
+from lra.run.callbacks import CheckpointOnPreemption, stop_signal
+from lra.run.train import run
 from lra.sampling import EpochSampler
 from lra.settings import Run
-from lra.train import run
 from tests.lra.conftest import ROOT, TINY, compose_run, signal_at_step
 
 

@@ -1,4 +1,4 @@
-"""End to end: ``lra.train.run`` per attention, ``run.py`` as a user calls it, multirun, user errors."""
+"""End to end: ``lra.run.train.run`` per attention, ``run.py`` as a user calls it, multirun, user errors."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import attention_zoo
-from lra.callbacks import CheckpointOnPreemption
-from lra.record import RunRecord
-from lra.train import run
+from lra.run.callbacks import CheckpointOnPreemption
+from lra.run.record import RunRecord
+from lra.run.train import run
 from lra_base.errors import UserError, refused_before_training
 from tests.lra.conftest import ROOT, TINY, compose_run, tiny, torchless_env
 
@@ -53,7 +53,7 @@ def test_training_checkpoints_best_validation_and_tests_it(tiny_overrides, tmp_p
 
 
 def test_settings_are_refused_before_a_run_exists(tiny_overrides):
-    """Bad settings never reach ``lra.train.run``: the ``Run`` they would make is refused as it is parsed."""
+    """Bad settings never reach ``lra.run.train.run``: the ``Run`` they would make is refused as it is parsed."""
     with pytest.raises(UserError, match="not divisible by model.heads=3"):
         compose_run(["attention=softmax", "trainer=debug", "model.heads=3", *tiny_overrides])
 

@@ -12,7 +12,7 @@ import torch
 
 from data_prep.listops import generate, import_tsv
 from lra.data_identity import data_identity, describe_data, task_data_dir
-from lra.train import run
+from lra.run.train import run
 from lra_base.errors import UserError
 from tests.lra.conftest import tiny
 

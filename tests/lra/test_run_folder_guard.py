@@ -14,7 +14,7 @@ import pytest
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-import lra.hydra_hooks
+import lra.run.hydra_hooks
 from lra_base.lock import run_folder_lock
 from results.__main__ import main as results_main
 from tests.lra.conftest import ROOT, TINY, compose_config, torchless_env
@@ -110,12 +110,12 @@ def job(sweep_dir, folder):
 
 
 def test_a_sweep_lists_each_job_and_exits_1_when_one_failed_or_diverged(tmp_path, capsys):
-    hooks = lra.hydra_hooks.RunHooks()
+    hooks = lra.run.hydra_hooks.RunHooks()
     hooks.on_multirun_start(job(tmp_path, tmp_path))
     statuses = ("completed", "diverged", "already completed", "refused")
     for number, status in enumerate(statuses):
         hooks.on_job_start(job(tmp_path, tmp_path / f"job{number}"))
-        lra.hydra_hooks.note_job(status)
+        lra.run.hydra_hooks.note_job(status)
         hooks.on_job_end(job(tmp_path, tmp_path / f"job{number}"), SimpleNamespace(status=None))
     with pytest.raises(SystemExit) as exit_:
         hooks.on_multirun_end(job(tmp_path, tmp_path))
@@ -127,10 +127,10 @@ def test_a_sweep_lists_each_job_and_exits_1_when_one_failed_or_diverged(tmp_path
 
 
 def test_a_sweep_whose_jobs_all_completed_exits_normally(tmp_path, capsys):
-    hooks = lra.hydra_hooks.RunHooks()
+    hooks = lra.run.hydra_hooks.RunHooks()
     hooks.on_multirun_start(job(tmp_path, tmp_path))
     hooks.on_job_start(job(tmp_path, tmp_path / "a"))
-    lra.hydra_hooks.note_job("completed")
+    lra.run.hydra_hooks.note_job("completed")
     hooks.on_job_end(job(tmp_path, tmp_path / "a"), SimpleNamespace(status=None))
     hooks.on_multirun_end(job(tmp_path, tmp_path))
     assert "1 job(s), 1 completed, 0 not" in capsys.readouterr().out

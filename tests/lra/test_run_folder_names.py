@@ -94,7 +94,7 @@ def test_a_value_with_a_slash_stays_one_folder():
 
 
 def test_every_committed_run_folder_keeps_its_name():
-    from lra.run_files import COMMITTED_RUNS, bounded_name
+    from lra.run.run_files import COMMITTED_RUNS, bounded_name
 
     names = {p.parent.name for p in COMMITTED_RUNS.rglob("result.json")}
     assert len(names) > 5 and all(bounded_name(name) == name for name in names)

@@ -14,8 +14,8 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from lra.record_compat import upgrade
-from lra.train import run
+from lra.run.record_compat import upgrade
+from lra.run.train import run
 from lra_base.errors import UserError
 from tests.lra.conftest import CONF, ROOT, TINY, compose_run, tiny, torchless_env
 

@@ -11,7 +11,7 @@ import pytest
 import attention_zoo
 from lra.attention_options import check_attention_options, declared
 from lra.config import CONF_DIR
-from lra.overrides import unknown_override
+from lra.run.overrides import unknown_override
 from lra.settings import Run
 from lra_base.errors import UserError
 from tests.lra.conftest import ROOT, compose_config, torchless_env

@@ -10,7 +10,7 @@ from typing import get_args
 
 import pytest
 
-from lra.record_compat import upgrade
+from lra.run.record_compat import upgrade
 from lra.setting_rules import optional_keys
 from lra.settings import Batching, Pooling, Run, Schedule
 from lra.task_facts import averaged_tasks, length_varying_tasks, lra_tasks, task_facts

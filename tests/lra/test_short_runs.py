@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
+from lra.run.train import run
 from lra.settings import Run
-from lra.train import run
 from lra_base.errors import UserError
 from results.collect import collect
 from tests.lra.conftest import ROOT, TINY, compose_config, compose_run, torchless_env

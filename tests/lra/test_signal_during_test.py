@@ -9,9 +9,9 @@ import signal
 
 import pytest
 
-from lra.callbacks import CheckpointOnPreemption
+from lra.run.callbacks import CheckpointOnPreemption
+from lra.run.train import run
 from lra.settings import Run
-from lra.train import run
 from tests.lra.conftest import TINY, compose_run
 
 

@@ -10,8 +10,8 @@ import signal
 import pytest
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from lra.callbacks import CheckpointOnPreemption, sent_signal, stop_signal, stopped_by
-from lra.train import run
+from lra.run.callbacks import CheckpointOnPreemption, sent_signal, stop_signal, stopped_by
+from lra.run.train import run
 from tests.lra.conftest import signal_at_step, tiny
 
 

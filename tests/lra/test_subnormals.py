@@ -9,14 +9,14 @@ import textwrap
 import pytest
 import torch
 
-from lra import subnormals, train
+from lra.run import subnormals, train
 from tests.lra.conftest import TINY, compose_run
 
 SMALLEST_NORMAL = torch.finfo(torch.float32).tiny  # 1.18e-38
 
 PRODUCTS = textwrap.dedent("""
     import sys, torch
-    from lra.subnormals import flush_subnormals
+    from lra.run.subnormals import flush_subnormals
     if sys.argv[1] == "flush":
         print(flush_subnormals())
     torch.set_num_threads(2)

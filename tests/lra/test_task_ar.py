@@ -9,9 +9,9 @@ import pytest
 import torch
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from lra.callbacks import CheckpointOnPreemption
+from lra.run.callbacks import CheckpointOnPreemption
+from lra.run.train import run
 from lra.tasks import ar
-from lra.train import run
 from lra_base.errors import UserError
 from tests.lra.conftest import compose_run, signal_at_step
 

@@ -8,11 +8,11 @@ import json
 import pytest
 import torch
 
+from lra.run.train import run
 from lra.settings import Run
 from lra.tasks import image as image_task
 from lra.tasks import retrieval as retrieval_task
 from lra.tasks import text as text_task
-from lra.train import run
 from tests.data_prep.official_fixtures import convert_all
 from tests.lra.conftest import compose_run
 

@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
+from lra.run.train import run
 from lra.settings import Run
 from lra.tasks import pathfinder as pathfinder_task
-from lra.train import run
 from lra_base.errors import UserError
 from tests.lra.conftest import compose_run
 

@@ -15,7 +15,7 @@ from tests.results.records import write_record
 
 
 def redo(tmp_path, status="failed"):
-    """A completed run (test 41.23%) set aside as ``lra.train.set_aside`` does, and its redo's record."""
+    """A completed run (test 41.23%) set aside as ``lra.run.train.set_aside`` does, and its redo's record."""
     record = write_record(tmp_path / "outputs", "listops", "linear", 0, 0.4123, tag="quick")
     aside = record.parent / "replaced" / "20261206T000000"
     aside.mkdir(parents=True)

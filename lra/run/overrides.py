@@ -18,9 +18,9 @@ from typing import Any
 
 from lra_base.errors import UserError
 
-from .config import CONF_DIR, compose
-from .setting_rules import optional_keys
-from .settings import Run
+from ..config import CONF_DIR, compose
+from ..setting_rules import optional_keys
+from ..settings import Run
 
 # keys with a default in the schema (lra.settings): a config may lack them, so `+task.<key>=...` may add them
 OPTIONAL_KEYS = optional_keys(Run)

@@ -1,26 +1,25 @@
-"""What older records, checkpoints, manifests and commands mean: the one place that reads yesterday's layouts.
+"""What older records, checkpoint configs and commands mean: where the run layer reads yesterday's layouts.
 
-Today's layouts are declared in ``lra.record`` (``result.json``), ``data_prep.compact`` (``manifest.json``) and
+Today's layouts are declared in ``lra.run.record`` (``result.json``), ``data_prep.compact`` (``manifest.json``) and
 ``conf/`` (commands). What changed since, and how the older form is read (``tests/lra/test_record_compat.py``
 holds one fixture per layout):
 
-- settings added to ``conf/`` after runs were recorded: ``IMPLICIT`` holds the value those runs used without
-  naming it. A record or checkpoint that lacks one of these keys ran with that value: ``upgrade`` turns its config
-  into today's ``lra.settings.Run`` with it, the run-identity comparison (``Run.differences``) and the protocol
-  check of ``results`` read it so, and a setting added later gets its line here, with the value that reproduces
-  the runs before it;
-- generator options added after data folders were made: a ``manifest.json`` (or a config) without one was made
-  with its ``IMPLICIT`` value (``with_implicit``);
+- settings added to ``conf/`` after runs were recorded: a record or checkpoint that lacks one ran with its value in
+  ``lra.implicit.IMPLICIT`` (the settings layer's, which the run-identity comparison ``Run.differences`` reads
+  too): ``upgrade`` turns its config into today's ``lra.settings.Run`` with them, and the protocol check of
+  ``results`` reads it so; generator options added after data folders were made are filled in the same way for a
+  ``manifest.json`` (``lra.implicit.with_implicit``);
 - records before the ``experiment`` field (before 56f4925): the tag named the experiment (``recorded_experiment``
   says a record is one, ``experiment_for`` finds its experiment);
 - the command spelling ``experiment=<name>/<task>`` (``old_experiment_spelling`` says how to write it now);
 - interrupted records before they kept the time of their earlier segments (no ``earlier_segments_s``): they timed
   their last segment only (``whole_run_time``);
 - segments backfilled for records from before segments say ``unknown`` for what was not recorded (``known``);
-- checkpoints of one process by code before every rank's random state was kept (``saved_rng_states``);
 - benchmark CSVs written before a column was recorded (``has_column``: ``benchmarks.threads``'s ``choices``).
 
-No torch: ``run.py`` reads the old spelling before Hydra and torch load, and a folder's record before its checkpoint.
+Checkpoints of one process by code before every rank's random state was kept are read where those states are
+(``lra.rng_state.saved_rng_states``). No torch: ``run.py`` reads the old spelling before Hydra and torch load, and a
+folder's record before its checkpoint.
 """
 
 from __future__ import annotations
@@ -30,14 +29,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..implicit import IMPLICIT
+from ..setting_rules import schema_fields, section_schema
+from ..settings import Run
 from .record import DEFAULT_TAG, INTERRUPTED
-from .setting_rules import schema_fields, section_schema
-from .settings import Run
-
-IMPLICIT = {"task.optim.schedule": "linear", "model.attention_dropout": 0.0,
-            "task.data.generate.contour_length": 14, "task.data.generate.close_brackets": True,
-            "task.batching": "random", "task.batching_pool": 50, "task.micro_batches": 1,
-            "flush_subnormals": False}
 
 
 def upgrade(config: Mapping[str, Any]) -> Run:
@@ -67,14 +62,6 @@ def in_schema(key: str) -> bool:
     return name in schema_fields(schema)
 
 
-def with_implicit(settings: dict[str, Any], section: str) -> dict[str, Any]:
-    """``settings`` of the dotted ``section`` (e.g. a manifest's generator ``source`` for ``task.data.generate``)
-    with the ``IMPLICIT`` values of the keys directly under it filled in where absent."""
-    prefix = f"{section}."
-    leaves = {key[len(prefix):]: value for key, value in IMPLICIT.items()
-              if key.startswith(prefix) and "." not in key[len(prefix):]}
-    return {**leaves, **settings}
-
 
 def recorded_experiment(record: dict[str, Any]) -> str | None:
     """The experiment a record names ("" for none); None for records older than the ``experiment`` field."""
@@ -87,7 +74,7 @@ def experiment_for(tag: str, conf_dir: str | Path | None = None) -> str | None:
     """The ``experiment=`` value a tag's runs were composed with, for records that do not name it: "" for the
     default tag, the tag when ``conf/experiment/<tag>.yaml`` exists, else None (unknown)."""
     if conf_dir is None:
-        from .config import CONF_DIR  # Hydra: imported only when no folder is given
+        from ..config import CONF_DIR  # Hydra: imported only when no folder is given
 
         conf_dir = CONF_DIR
     conf_dir = Path(conf_dir)
@@ -131,14 +118,6 @@ def known(value: Any) -> bool:
     """Whether a segment's value was recorded: neither absent nor ``BACKFILLED``."""
     return value is not None and value != BACKFILLED
 
-
-def saved_rng_states(checkpoint: Mapping[str, Any]) -> Any:
-    """Every rank's saved torch RNG state (a tensor, one row a rank), or None: a checkpoint of one process by older
-    code kept its one state as ``torch_rng_state``."""
-    states = checkpoint.get("torch_rng_states")
-    if states is None and "torch_rng_state" in checkpoint:
-        states = checkpoint["torch_rng_state"][None]
-    return states
 
 
 def has_column(frame: Any, column: str) -> bool:

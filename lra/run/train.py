@@ -25,10 +25,12 @@ from lra_base.errors import Diverged, UserError
 from lra_base.leftovers import remove_leftovers
 from lra_base.lock import run_folder_lock
 
+from ..build import build
+from ..settings import Run
 from .allocator import JEMALLOC_CONF, ReleaseFreedMemory, malloc_name, reuse_freed_memory
-from .build import build
 from .callbacks import (
     CheckpointOnPreemption,
+    RecordSegment,
     StepProgressBar,
     StopOnDivergence,
     ValidationProgress,
@@ -40,7 +42,6 @@ from .disk import disk_full, full_disk_error
 from .loggers import ResumableCSVLogger
 from .record import INTERRUPTED, RECORD_NAME, new_record, now, write_json_atomic
 from .same_run import HeldRun, changes_from, refuse_other_data, refuse_other_run
-from .settings import Run
 from .subnormals import flush_subnormals
 from .threads import FreeCoreThreads
 
@@ -137,7 +138,7 @@ def fit_and_test(run: Run, run_dir: Path, progress: Progress | None = None) -> d
     datamodule, model = built.datamodule, built.model
     progress = Progress() if progress is None else progress
     progress.data = datamodule.data_identity()
-    if point is not None:  # data prepared only now (lra.same_run compared what was there before)
+    if point is not None:  # data prepared only now (lra.run.same_run compared what was there before)
         refuse_other_data(run, run_dir, HeldRun(False, resume, point.config, point.step, data=point.data),
                           progress.data)
     checkpoint = RunFolderCheckpoint(dirpath=ckpt_dir, monitor="val/acc", mode="max", save_top_k=1,
@@ -146,7 +147,7 @@ def fit_and_test(run: Run, run_dir: Path, progress: Progress | None = None) -> d
                ResumableCSVLogger(run_dir, name="csv", version="", resume_step=start_step)]
     hint = (f"Lower task.optim.lr (now {run.task.optim.lr:g}) or clip gradients "
             f"(trainer.gradient_clip_val=1.0); last.ckpt holds the last validated state before it.")
-    callbacks = [TrainingBegins(progress), checkpoint, LearningRateMonitor("step"),
+    callbacks = [TrainingBegins(progress), RecordSegment(), checkpoint, LearningRateMonitor("step"),
                  CheckpointOnPreemption(ckpt_dir / "last.ckpt"), StopOnDivergence(hint)]
     if run.reuse_freed_memory:
         callbacks.append(ReleaseFreedMemory())
@@ -160,6 +161,7 @@ def fit_and_test(run: Run, run_dir: Path, progress: Progress | None = None) -> d
     if run.checkpoint.save_last:  # Lightning's save_last only follows improvements; this is every validation
         callbacks.append(RunFolderCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, save_top_k=1,
                                              enable_version_counter=False))
+    warn_shortened_validation(run)
     trainer = pl.Trainer(**built.trainer_arguments, callbacks=callbacks, logger=loggers, default_root_dir=run_dir,
                          plugins=[RunFolderCheckpointIO()])
     progress.model, progress.trainer = model, trainer
@@ -182,6 +184,16 @@ def fit_and_test(run: Run, run_dir: Path, progress: Progress | None = None) -> d
         "best_checkpoint": best,
         **fitted,
     }
+
+
+def warn_shortened_validation(run: Run) -> None:
+    """Say so when the Trainer validates at another interval than the configured one (``Run.validation_interval``):
+    a run shorter than ``task.eval_every`` validates once, at its last step."""
+    every, steps = run.trainer.get("val_check_interval"), run.validation_interval
+    if steps != every:
+        log.warning("max_steps=%d ends before the first validation (every %d steps, task.eval_every): validating "
+                    "once, at step %d, so the run has a checkpoint to test. To shorten a run set task.max_steps "
+                    "and task.eval_every.", steps, every, steps)
 
 
 def refuse_short_fit(trainer: pl.Trainer, run: Run) -> None:
@@ -223,7 +235,7 @@ def run(run: Run, run_dir: Path, *, locked: bool = False) -> dict[str, Any]:
     The run holds ``<run_dir>/run.lock`` (rank zero): a second run started in the same folder stops at once.
     ``locked``: the caller holds it already (``run.py`` takes it before Hydra writes into the folder).
     A run folder whose record says ``completed`` is left alone and its record returned with
-    ``already_completed`` set; one that holds a run of other settings (``lra.same_run``) is a UserError naming
+    ``already_completed`` set; one that holds a run of other settings (``lra.run.same_run``) is a UserError naming
     them; ``rerun=true`` moves either's outputs aside and trains again (an unfinished run of the same settings
     resumes).
     """

@@ -21,7 +21,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from lra_base.atomic import LinkRefused, atomic_output, refuse_link
 from lra_base.errors import UserError
 
-from .data_identity import CHECKPOINT_KEY
+from ..data_identity import CHECKPOINT_KEY
 from .disk import disk_full, full_disk_error
 
 PATH_KEYS = ("best_model_path", "kth_best_model_path", "last_model_path")

@@ -9,7 +9,7 @@ which add nothing a float32 sum of normal numbers can hold: the numbers differ f
 the last bits, as between two CPUs' BLAS.
 
 The mode belongs to a thread, and a thread starts with its creator's (C11 7.6), so it must be set before torch's
-intra-op threads start: ``lra.train`` does it first thing, before any tensor work. Threads already running keep
+intra-op threads start: ``lra.run.train`` does it first thing, before any tensor work. Threads already running keep
 theirs (a later call in a process that has trained already, such as a test session, reaches its main thread only).
 """
 

@@ -1,5 +1,5 @@
 """Callbacks: checkpoint on preemption signals and Ctrl-C so that a rerun resumes exactly; stop a diverged run;
-show progress in steps of ``task.max_steps``."""
+name each training segment's machine; show progress in steps of ``task.max_steps``."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from pytorch_lightning.callbacks.progress.tqdm_progress import Tqdm
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lra_base.errors import Diverged
+
+from .machine import describe
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +226,17 @@ class StopOnDivergence(pl.Callback):
         if loss is not None and not torch.isfinite(loss).all():
             raise Diverged(f"the {stage} loss is {float(loss)} after step {trainer.global_step}: the run diverged. "
                            f"{self.hint}")
+
+
+class RecordSegment(pl.Callback):
+    """Each training segment (the first, and each resume) in the module's ``segments``, which its checkpoints and the
+    run's record keep: the step it starts from (after a resume has restored it), its machine (``describe``), the
+    Trainer's precision and torch's version."""
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        machine = describe(pl_module.device, trainer.world_size)
+        pl_module.segments.append({"from_step": int(trainer.global_step), **machine,
+                                   "precision": str(trainer.precision), "torch": str(torch.__version__)})
 
 
 class ValidationProgress(pl.Callback):

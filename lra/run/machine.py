@@ -1,9 +1,9 @@
 """Where a run segment trained: the processor, the cores it could use, torch's threads, the device, whether
-subnormal floats were flushed (``lra.subnormals``) and which ``malloc`` served it (``lra.allocator``).
+subnormal floats were flushed (``lra.run.subnormals``) and which ``malloc`` served it (``lra.run.allocator``).
 
 Wall times and tokens/s mean little without the machine (these runs move between AMD and Intel CPUs, one or two
 threads, and sometimes a GPU), so every segment of a run (the first, and each resume) names its machine in the
-record's ``segments`` (``lra.module.LRAModule``).
+record's ``segments`` (``lra.run.callbacks.RecordSegment``).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def device_name(device: torch.device) -> str:
 
 def describe(device: torch.device, processes: int) -> dict[str, Any]:
     """The machine of one run segment; ``threads`` is torch's intra-op count when the segment starts (on a CPU the
-    suite may change it as cores free up: ``lra.threads``)."""
+    suite may change it as cores free up: ``lra.run.threads``)."""
     cpuinfo = read_cpuinfo()
     return {"cpu": cpu_model(cpuinfo), "vector": vector_units(cpuinfo), "cores": usable_cores(),
             "threads": torch.get_num_threads(), "device": device_name(device), "processes": processes,

@@ -1,6 +1,6 @@
 """``result.json``: its schema (``RunRecord``, ``AnalysisRecord``), first fields, provenance and JSON writer.
 
-The schema is the one contract between the writers (``lra.train``, ``analyses.record``) and the reader
+The schema is the one contract between the writers (``lra.run.train``, ``analyses.record``) and the reader
 (``results.collect``, ``results.analyses``): a field a writer adds is declared here first. No torch here.
 """
 
@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from lra_base.atomic import atomic_output, read_regular
 
 if TYPE_CHECKING:
-    from .settings import Run
+    from ..settings import Run
 
 PACKAGES = ("torch", "pytorch-lightning", "hydra-core", "omegaconf", "torchmetrics", "numpy", "pandas")
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 RECORD_NAME = "result.json"
 ANALYSIS_KIND = "analysis"  # ``kind`` of an analysis record; a training run's record has no ``kind``
 DEFAULT_TAG = "default"  # ``tag`` of a run of no experiment (conf/config.yaml)
@@ -37,7 +37,7 @@ class RequiredFields(TypedDict):
 
 
 class RunRecord(RequiredFields, total=False):
-    """A training run's ``result.json`` (``lra.train``); ``metrics`` are fractions of the best-validation
+    """A training run's ``result.json`` (``lra.run.train``); ``metrics`` are fractions of the best-validation
     checkpoint: ``val_acc``, ``test_acc``, ``test_loss`` and the test set's ``majority_acc``."""
 
     tag: str | None

@@ -9,7 +9,7 @@ Importing this module registers the resolver, which ``conf/config.yaml`` uses in
   writes nothing; ``run.py`` takes the ``Run`` from here: ``parsed_run``), the folder is checked writable,
   its ``run.lock`` is taken (so a second command into a busy folder changes nothing in it), a link where
   Hydra writes its log or configs is refused by name, and so is a folder holding a run of other settings
-  (``lra.same_run``);
+  (``lra.run.same_run``);
 - each job of a sweep (``-m``): the same checks and lock when the job starts, after Hydra made its folder and
   before anything is written in it: Hydra writes no ``.hydra/`` (``hydra.output_subdir: null``), this hook writes
   it once the job owns the folder, and ``run.log`` (``RunLogHandler``) waits until then, so a refused job changes
@@ -45,13 +45,13 @@ from lra_base.atomic import LinkRefused, NotWritable, check_writable, refuse_lin
 from lra_base.errors import UserError
 from lra_base.lock import LOCK_NAME, run_folder_lock
 
-from .checks import NAME_KEYS, check_name
-from .config import CONF_DIR
-from .identity import IN_THE_PATH, flatten, where_or_how
+from ..checks import NAME_KEYS, check_name
+from ..config import CONF_DIR
+from ..identity import IN_THE_PATH, flatten, where_or_how
+from ..settings import Run
 from .overrides import check_added_keys
 from .run_files import bounded_name
 from .same_run import refuse_other_run
-from .settings import Run
 
 RANK_KEYS = ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")  # what launchers set
 FINE = ("completed", "already completed")  # job outcomes a sweep exits 0 with
@@ -91,7 +91,8 @@ def group_leaves(group: str, choice: str, conf_dir: Path) -> list[str]:
 def run_name(tag: str, overrides: Any) -> str:
     """``<tag>``, or ``<tag>,<overrides>`` for a run with other settings (the overrides that name the folder,
     sorted, as typed): a sibling of the plain run's folder, never a folder inside it. A name that would not fit
-    one folder name (over 255 bytes, a ``/`` in a value) ends in a digest of itself (``lra.run_files.bounded_name``)."""
+    one folder name (over 255 bytes, a ``/`` in a value) ends in a digest of itself
+    (``lra.run.run_files.bounded_name``)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     lines = [str(line) for line in overrides or []]
@@ -245,7 +246,7 @@ def refuse(message: str) -> None:
 
 def holds_lock(run_dir: Path) -> bool:
     """Whether this process took ``run_dir``'s ``run.lock`` before Hydra wrote into it (then ``run.py`` passes
-    ``locked=True`` to ``lra.train.run``)."""
+    ``locked=True`` to ``lra.run.train.run``)."""
     return os.path.realpath(run_dir) in _locked
 
 

@@ -2,11 +2,11 @@
 
 A folder holds a run through its completed ``result.json`` (its ``config``) or, while unfinished, its
 ``checkpoints/last.ckpt`` (the config the LightningModule saved as hyper-parameters, read with
-``weights_only=True``), made today's ``Run`` by ``lra.record_compat.upgrade``. The two are compared by
+``weights_only=True``), made today's ``Run`` by ``lra.run.record_compat.upgrade``. The two are compared by
 ``Run.differences``: a resume under another learning rate, model size or trainer limit, and a completed record
 answered for other settings (``tag=quick`` without ``experiment=quick``), become one error naming the differing keys
 and the two ways out. Checkpoints and records
-written before a setting existed compare with the value they used implicitly (``lra.record_compat.IMPLICIT``).
+written before a setting existed compare with the value they used implicitly (``lra.implicit.IMPLICIT``).
 The data counts too, though ``data_dir`` does not: a folder's checkpoint and record keep the checksums of the split
 files it trained on (``lra.data_identity``), and a command whose data folder holds other examples is refused the
 same way (``data: <trained on> -> <now>``), so a resume never trains on a mix of two data sets.
@@ -21,11 +21,11 @@ from typing import Any
 
 from lra_base.errors import UserError
 
-from .data_identity import data_identity, describe_data, other_data, task_data_dir
-from .identity import describe
+from ..data_identity import data_identity, describe_data, other_data, task_data_dir
+from ..identity import describe
+from ..settings import Run
 from .record import RECORD_NAME, completed_record
 from .record_compat import upgrade
-from .settings import Run
 
 LAST = Path("checkpoints") / "last.ckpt"
 DATA = "data"  # the key of a data change among the settings' (``changes_from``)
@@ -55,7 +55,7 @@ def held_run(run_dir: Path) -> HeldRun | None:
 
         try:
             point = resume_point(run_dir / LAST)
-        except UserError:  # damaged: the run names it, with the way out, when it resumes (lra.train)
+        except UserError:  # damaged: the run names it, with the way out, when it resumes (lra.run.train)
             return HeldRun(False, run_dir / LAST, None)
         return HeldRun(False, run_dir / LAST, point.config, point.step, data=point.data)
     return None

@@ -1,6 +1,6 @@
 """Where a run's files are: its curve in its own folder, and its committed copy under ``results/runs/``.
 
-``lra.train`` writes a run folder (``result.json``, ``csv/metrics.csv`` from Lightning's CSVLogger, checkpoints);
+``lra.run.train`` writes a run folder (``result.json``, ``csv/metrics.csv`` from Lightning's CSVLogger, checkpoints);
 ``python -m results.archive`` commits its record and curve to ``results/runs/<path of the folder below
 outputs/>/`` (``metrics.csv`` there). Both the tables (``results``) and the analyses that reuse committed runs
 (``analyses._runs``) find files by these rules, so they live here, below both.
@@ -13,33 +13,18 @@ import os
 import re
 from pathlib import Path
 
+from ..checks import NAME_MAX, folder_name_problem
+
 COMMITTED_RUNS_NAME = "results/runs"  # the committed records, below the repository (as the tables name their paths)
-COMMITTED_RUNS = Path(__file__).resolve().parents[1] / COMMITTED_RUNS_NAME
+COMMITTED_RUNS = Path(__file__).resolve().parents[2] / COMMITTED_RUNS_NAME
 METRICS_NAMES = ("csv/metrics.csv", "metrics.csv")  # a run folder (Lightning's CSVLogger), an archived run
-SET_ASIDE = "replaced"  # rerun=true moves a finished run's outputs to <run folder>/replaced/<time>/ (lra.train)
+SET_ASIDE = "replaced"  # rerun=true moves a finished run's outputs to <run folder>/replaced/<time>/ (lra.run.train)
 
 
 def metrics_path(record_path: str | Path) -> Path | None:
     """The ``metrics.csv`` beside a ``result.json`` (in a run folder or an archived copy), or None."""
     folder = Path(record_path).parent
     return next((folder / name for name in METRICS_NAMES if (folder / name).is_file()), None)
-
-
-NAME_MAX = 255  # bytes in one file or folder name (Linux, macOS)
-
-
-def folder_name_problem(text: str) -> str | None:
-    """Why ``text`` is not one plain file or folder name (empty, ``.`` or ``..``, a ``/``, a line break or other
-    control character, over ``NAME_MAX`` bytes), else None."""
-    if text in ("", ".", ".."):
-        return "empty" if not text else f"{text!r} names a folder that exists already (this one or its parent)"
-    if "/" in text or (os.sep != "/" and os.sep in text):
-        return "it holds a '/', so it would be several folders"
-    if not text.isprintable():
-        return "it holds a character that is not printable (a line break, an escape, a control character)"
-    if len(text.encode("utf-8", "surrogatepass")) > NAME_MAX:
-        return f"{len(text.encode('utf-8', 'surrogatepass'))} bytes, over the {NAME_MAX} a file system takes"
-    return None
 
 
 def is_set_aside(record_path: str | Path) -> bool:
