@@ -6,9 +6,12 @@ from __future__ import annotations
 import os
 
 # before torch loads: idle OpenMP threads sleep, not spin; a fixed thread count (a caller's on a busy machine,
-# else 2) so that runs inside tests never change it (lra.run.threads) and numbers stay deterministic
+# else 2, or 1 in each pytest-xdist worker: `-n auto` runs one worker a core) so that runs inside tests never change
+# it (lra.run.threads) and numbers stay deterministic
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-os.environ.setdefault("OMP_NUM_THREADS", "2")
+if "OMP_NUM_THREADS" not in os.environ or os.environ.get("LRA_TESTS_CHOSE_THREADS"):  # the caller's stays
+    os.environ["LRA_TESTS_CHOSE_THREADS"] = "1"  # xdist's controller loads this file first; its workers inherit
+    os.environ["OMP_NUM_THREADS"] = "1" if os.environ.get("PYTEST_XDIST_WORKER") else "2"
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
