@@ -138,6 +138,8 @@ def test_the_record_holds_the_port_numbers_and_the_tables_show_them_beside_study
     assert "The port's own code on our data, this protocol (tag `nystromformer_code`" in study
     port_section = markdown.split("## tag `nystromformer_code`")[1].split("## tag")[0]
     assert "listops Δ (Nystromformer port)" in port_section
+    assert "two remain: fp32 here against its fp16 autocast, and our test split" in port_section
+    assert "record no config" not in port_section  # the port's settings are in port.json, not a config of ours
 
 
 def test_an_unfinished_record_says_how_to_resume_it(tiny, tmp_path):
