@@ -15,7 +15,6 @@ from results.protocol import SECTION_SEP, YOURS, base_tag, only_yours
 from results.summary import (
     AVERAGE,
     PEER_CODE_BESIDE,
-    PEER_CODE_NOTES,
     REFERENCE_ROWS,
     best_flags,
     follows,
@@ -357,8 +356,7 @@ def to_markdown(summary: pd.DataFrame, problems: list[Problem], references: dict
         mine = summary[summary["tag"] == tag]
         parts += [f"## tag `{md_code(tag)}`", tag_table(tag, mine, references, published_rows)]
         steps = [] if long is None else long.loc[(long["tag"] == tag) & (long["status"] == "completed"), "steps"]
-        checked = [PEER_CODE_NOTES[tag]] if tag in PEER_CODE_NOTES else (notes or {}).get(tag, [])
-        lines = tag_notes(tag, mine, steps) + checked + peer_code_notes(tag, summary)
+        lines = tag_notes(tag, mine, steps) + (notes or {}).get(tag, []) + peer_code_notes(tag, summary)
         lines += [f"`({label})`: {md_text(frame.attrs['notes'])}" for label, frame in references.items()
                   if shown_beside(tag, frame) and frame.attrs.get("notes") and tag in set(mine["tag"])]
         here = None if long is None else long[long["tag"] == tag]

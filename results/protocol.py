@@ -139,6 +139,16 @@ def reference_config(tag: str, task: str, configs: list[dict], conf_dir: Path = 
     return most_common_config(configs), MOST_COMMON
 
 
+# what a peer's-code section says of its runs, in place of the drift check (they record the port's settings, not ours)
+PEER_CODE_NOTES = {
+    "nystromformer_code": "These runs are the Nystromformer port's own code (`python -m analyses.nystromformer_code`) "
+    "with only the edits a CPU needs (each run's `port.json` lists them as a patch): their settings are the port's, so "
+    "no config of ours is checked for drift. Of the differences the `(Nystromformer port)` note lists, two remain: "
+    "fp32 here against its fp16 autocast, and our test split against the official one; the padding to 2,048 is the "
+    "port's own here.",
+}
+
+
 def protocol_notes(long: pd.DataFrame) -> dict[str, list[str]]:
     """Per tag, a note for each task checked against its runs' most common config and for unchecked runs."""
     runs = long.drop_duplicates("path")
@@ -149,7 +159,8 @@ def protocol_notes(long: pd.DataFrame) -> dict[str, list[str]]:
             f"{md_text(task)}: no experiment config for tag `{md_code(tag)}` in `conf/`, so config drift is judged "
             f"against the most common config among its {len(part)} checked run(s).")
     for tag, part in runs[runs["protocol"] == UNCHECKED].groupby("tag", sort=True):
-        notes.setdefault(tag, []).append(f"{len(part)} completed run(s) record no config: not checked for drift.")
+        notes.setdefault(tag, []).append(PEER_CODE_NOTES.get(tag) or
+                                         f"{len(part)} completed run(s) record no config: not checked for drift.")
     return notes
 
 

@@ -33,14 +33,6 @@ PROTOCOLS = {
 }
 # tag of runs made by a peer's own code -> the tag whose section names them too (they keep a section of their own)
 PEER_CODE_BESIDE = {"nystromformer_code": "study_port"}
-# what a peer's-code section says of its runs, in place of the drift check (they record the port's settings, not ours)
-PEER_CODE_NOTES = {
-    "nystromformer_code": "These runs are the Nystromformer port's own code (`python -m analyses.nystromformer_code`) "
-    "with only the edits a CPU needs (each run's `port.json` lists them as a patch): their settings are the port's, so "
-    "no config of ours is checked for drift. Of the differences the `(Nystromformer port)` note lists, two remain: "
-    "fp32 here against its fp16 autocast, and our test split against the official one; the padding to 2,048 is the "
-    "port's own here.",
-}
 # tables with a protocol of their own that are also shown beside `default`, for context, without a delta
 CONTEXT_BESIDE_DEFAULT = ("nystromformer_port", "skyformer_port")
 DEFAULT_REFERENCES = ("nystromformer_port", "skyformer_port", "lra_llops_table")
