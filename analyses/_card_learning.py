@@ -1,7 +1,7 @@
 """The report card's learning: quick ListOps and quick associative recall (MQAR), the mechanism beside baselines.
 
 Every run is an ordinary ``run.py`` run in the folder ``python run.py <its overrides>`` gives it
-(``outputs/<task>/<attention>/seed<N>/<tag>[,<overrides>]``, ``lra.run.hydra_hooks.run_name``), reused or trained by
+(``outputs/<task>/<attention>/seed<N>/<tag>[,<overrides>]``, ``lra.run.run_names.run_name``), reused or trained by
 ``analyses._runs``: a completed run there is reused, an interrupted one resumed, and one committed under
 ``results/runs/`` (``python -m results.archive``) reused when the folder is empty. So the full card's ListOps runs
 are the quick preset's own (``experiment=quick``, whose committed records cover every mechanism of the zoo at seed
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lra.config import compose_run
-from lra.run.hydra_hooks import run_name
+from lra.run.run_names import run_name
 from lra.settings import Run
 
 from ._runs import reusable_record, train_all

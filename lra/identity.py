@@ -2,7 +2,7 @@
 the settings that change what a run computes.
 
 Every question "is this the same run?" is answered by those methods, or here by the same rules: the run folder's
-name (``lra.run.hydra_hooks.run_name``, from the command line's keys), the refusal of a resume or a completed folder of
+name (``lra.run.run_names.run_name``, from the command line's keys), the refusal of a resume or a completed folder of
 other settings (``lra.run.same_run``), the protocol check of ``results``, the analyses' reuse-or-train
 (``analyses._runs``), the microscope's model cache and the analyses' finished cells.
 
