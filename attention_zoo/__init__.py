@@ -1,18 +1,25 @@
 """A zoo of attention mechanisms behind one registry and one call contract.
 
 ``available()`` lists the names, ``build(name, head_dim=..., num_heads=..., **options)`` makes a module
-called as ``module(q, k, v, key_padding_mask=None)`` on ``(B, H, N, head_dim)`` tensors. Every public
-module of this package but the ``new`` command (``python -m attention_zoo.new NAME --like linear`` writes a
-mechanism's two files) is imported here, so a new mechanism is one new file that calls ``@register`` (and its yaml).
+called as ``module(q, k, v, key_padding_mask=None)`` on ``(B, H, N, head_dim)`` tensors. The registry imports every
+public module of this package but ``registry`` and the ``new`` command (``python -m attention_zoo.new NAME --like
+linear`` writes a mechanism's two files) the first time it is asked, so a new mechanism is one new file that calls
+``@register`` (and its yaml), and importing the package alone loads no torch (``option_problem`` checks options
+from the source).
 """
 
 import importlib
-import pkgutil
 
-from .registry import available, build, extra_inputs, get, options, register
+from .registry import available, build, extra_inputs, get, option_problem, options, register
 
-for _info in pkgutil.iter_modules(__path__):
-    if not _info.name.startswith("_") and _info.name != "new":
-        importlib.import_module(f"{__name__}.{_info.name}")
+__all__ = ["available", "build", "extra_inputs", "get", "option_problem", "options", "register"]
 
-__all__ = ["available", "build", "extra_inputs", "get", "options", "register"]
+
+def __getattr__(name: str):
+    """A mechanism's module as an attribute (``attention_zoo.llops``), loaded on first use."""
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as err:
+        if err.name != f"{__name__}.{name}":
+            raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

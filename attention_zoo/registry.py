@@ -1,4 +1,5 @@
-"""Registry of attention mechanisms: ``register``, ``build``, ``available``.
+"""Registry of attention mechanisms: ``register``, ``build``, ``available``, and ``option_problem``, which checks a
+mechanism's options against its class's declaration read from the source, without torch.
 
 Every mechanism is an ``nn.Module`` called as ``module(q, k, v, key_padding_mask=None)`` with
 ``q, k, v`` of shape ``(B, H, N, head_dim)`` and ``key_padding_mask`` ``(B, N)`` bool, True for real
@@ -12,19 +13,34 @@ times and passes each extra projection, shaped like ``q`` ``(B, H, N, head_dim)`
 ``module(q, k, v, key_padding_mask=mask, gate=g)``. ``extra_inputs(module)`` reads the declaration; a
 mechanism called without its extra inputs (benchmarks, analyses) must still work (the part is then left
 out), so the block needs no special case for any mechanism.
+
+Importing this module loads no torch and no mechanism: the first question about what is registered imports every
+public module of the package (``load_mechanisms``), so that ``run.py`` checks options in about a second.
 """
 
 from __future__ import annotations
 
+import ast
 import fnmatch
+import importlib
 import inspect
+import math
 import operator
+import pkgutil
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from torch import nn
+if TYPE_CHECKING:  # no torch at import: lra.settings asks ``option_problem`` before torch loads
+    from torch import nn
 
 _REGISTRY: dict[str, type[nn.Module]] = {}
 _BUILD_ARGS = ("head_dim", "num_heads", "max_len")
 _COMPARISONS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+_ZOO_DIR = Path(__file__).resolve().parent
+_NOT_MECHANISMS = ("registry", "new")  # public modules of the package that register nothing
+NO_DEFAULT = object()  # a default that is not a literal: its type is not checked
+_KINDS = ((bool, "true or false"), (int, "an integer"), (float, "a number"), (str, "a string"))  # bool before int
 
 
 def register(name: str):
@@ -42,24 +58,39 @@ def register(name: str):
     return decorator
 
 
+def in_range(value: float, spec: str) -> bool:
+    """Whether ``value`` meets every comparison of a range ``spec`` (``"> 0"``, ``">= 0 and < 1"``)."""
+    return all(_COMPARISONS[symbol](value, float(bound)) for symbol, bound in (p.split() for p in spec.split(" and ")))
+
+
 def refuse_out_of_range(cls: type[nn.Module], **values: float) -> None:
     """A ``ValueError`` naming the first of ``values`` outside the range the class declares in ``option_ranges``
     (``{"eps": "> 0", "p": ">= 0 and < 1"}``): its constructor calls this, so the one declaration is both what it
-    refuses and what ``lra.attention_options`` reads from the source to refuse before torch loads."""
+    refuses and what ``option_problem`` reads from the source to refuse before torch loads."""
     for key, value in values.items():
         spec = cls.option_ranges[key]
-        parts = [part.split() for part in spec.split(" and ")]
-        if not all(_COMPARISONS[symbol](value, float(bound)) for symbol, bound in parts):
+        if not in_range(value, spec):
             raise ValueError(f"{cls.registry_name} needs {key} {spec}, got {key}={value!r}")
+
+
+@cache
+def load_mechanisms() -> None:
+    """Import every public module of the package once, each registering its classes: the first question to the
+    registry does it, so that importing ``attention_zoo.registry`` alone loads no torch."""
+    for info in pkgutil.iter_modules([str(_ZOO_DIR)]):
+        if not info.name.startswith("_") and info.name not in _NOT_MECHANISMS:
+            importlib.import_module(f"{__package__}.{info.name}")
 
 
 def available(pattern: str = "*") -> list[str]:
     """Registered names matching a glob ``pattern``, sorted."""
+    load_mechanisms()
     return sorted(n for n in _REGISTRY if fnmatch.fnmatch(n, pattern))
 
 
 def get(name: str) -> type[nn.Module]:
     """The class registered as ``name``."""
+    load_mechanisms()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -74,6 +105,82 @@ def options(name: str) -> dict[str, object]:
         for p in params.values()
         if p.kind is p.KEYWORD_ONLY and p.name not in _BUILD_ARGS
     }
+
+
+@cache
+def declared() -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
+    """``{name: (options with their literal defaults, option_ranges)}`` of every ``@register("name")`` class of the
+    package, read from its source (``ast``) without importing it: what ``options`` and ``refuse_out_of_range`` see
+    once torch loads (tests check they agree)."""
+    found = {}
+    for info in pkgutil.iter_modules([str(_ZOO_DIR)]):
+        if info.name.startswith("_") or info.name in _NOT_MECHANISMS:
+            continue
+        for node in ast.parse((_ZOO_DIR / f"{info.name}.py").read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef) and (name := _registered_name(node)) is not None:
+                found[name] = (_init_options(node), _class_ranges(node))
+    return dict(sorted(found.items()))
+
+
+def _registered_name(cls: ast.ClassDef) -> str | None:
+    for decorator in cls.decorator_list:
+        if (isinstance(decorator, ast.Call) and getattr(decorator.func, "id", None) == "register"
+                and decorator.args and isinstance(decorator.args[0], ast.Constant)):
+            return str(decorator.args[0].value)
+    return None
+
+
+def _init_options(cls: ast.ClassDef) -> dict[str, Any]:
+    for node in cls.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "__init__":
+            return {arg.arg: _literal(default) for arg, default in zip(node.args.kwonlyargs, node.args.kw_defaults)
+                    if arg.arg not in _BUILD_ARGS}
+    return {}
+
+
+def _literal(node: ast.expr | None) -> Any:
+    try:
+        return NO_DEFAULT if node is None else ast.literal_eval(node)
+    except ValueError:
+        return NO_DEFAULT
+
+
+def _class_ranges(cls: ast.ClassDef) -> dict[str, str]:
+    for node in cls.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "option_ranges" for t in node.targets):
+            return dict(ast.literal_eval(node.value))
+    return {}
+
+
+def option_problem(name: str, given: dict[str, Any]) -> str | None:
+    """What is wrong with the options ``given`` to the mechanism ``name`` as its source declares them (an unknown
+    option, one not of its default's type, one outside its ``option_ranges``), as one line starting
+    ``attention.<option>``; None when nothing is, or when ``name`` is not the package's (an unknown or outside
+    mechanism is refused where it is built, after torch loads, with the valid names)."""
+    if name not in declared():
+        return None
+    defaults, ranges = declared()[name]
+    for key, value in given.items():
+        if key not in defaults:
+            valid = ", ".join(f"{k}={v!r}" for k, v in defaults.items() if v is not NO_DEFAULT)
+            return f"attention.{key}: attention={name} has no option {key!r}; valid options: {valid}"
+        if (problem := _type_problem(name, key, value, defaults[key])) is not None:
+            return problem
+        spec = ranges.get(key)
+        if spec and isinstance(value, (int, float)) and not (math.isfinite(value) and in_range(value, spec)):
+            return f"attention.{key}={value!r}: must be {spec} for attention={name} (default {key}={defaults[key]!r})"
+    return None
+
+
+def _type_problem(name: str, key: str, value: Any, default: Any) -> str | None:
+    """An option must have its default's type (an int is a float too); a null or non-literal default is free."""
+    kind, words = next(((k, w) for k, w in _KINDS if isinstance(default, k)), (None, ""))
+    if kind is None:
+        return None
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    ok = ok or (kind is float and isinstance(value, int) and not isinstance(value, bool))
+    return None if ok else (f"attention.{key}={value!r}: must be {words} like its default ({key}={default!r}) "
+                            f"for attention={name}")
 
 
 RESERVED_INPUTS = ("q", "k", "v", "key_padding_mask")

@@ -20,7 +20,6 @@ from typing import Any
 from data_prep.compact import SPLITS
 from lra_base.errors import UserError
 
-from .attention_options import check_attention_options
 from .config import CONF_DIR
 from .setting_rules import is_integer, is_number
 from .task_facts import length_varying_tasks
@@ -144,10 +143,10 @@ def check_names(cfg: Mapping[str, Any]) -> None:
 
 
 def check_relations(cfg: Mapping[str, Any]) -> None:
-    """The checks of a complete config whose fields each passed their rules: the task's own sizes, the attention's
-    options, settings of two sections, the experiment's coverage, the machine's memory."""
+    """The checks of a complete config whose fields each passed their rules and whose attention options passed the
+    registry's (``attention_zoo.option_problem``): the task's own sizes, settings of two sections, the experiment's
+    coverage, the machine's memory."""
     check_own_sizes(cfg["task"])
-    check_attention_options(cfg["attention"])
     check_schedule_fits(cfg["task"])
     check_validation_interval(cfg)
     check_experiment(cfg)

@@ -23,6 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, Literal
 
+from attention_zoo.registry import option_problem
+from lra_base.errors import UserError
+
 from . import checks, identity
 from .implicit import IMPLICIT
 from .setting_rules import (
@@ -136,7 +139,7 @@ class Attention:
     """``attention``: the mechanism's registered name and its constructor options (``attention_zoo``)."""
 
     name: str
-    options: dict = own()  # checked against what the class declares (lra.attention_options)
+    options: dict = own()  # checked against what the class declares (attention_zoo.option_problem)
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,8 @@ class Run:
         complete = run.config()
         checks.check_names(complete)
         check_fields(complete, cls)
+        if (problem := option_problem(run.attention.name, run.attention.options)) is not None:
+            raise UserError(problem)
         checks.check_relations(complete)
         return run
 

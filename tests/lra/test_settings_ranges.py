@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import attention_zoo
-from lra.attention_options import check_attention_options, declared
+from attention_zoo.registry import declared, option_problem
 from lra.config import CONF_DIR
 from lra.run.overrides import unknown_override
 from lra.settings import Run
@@ -53,7 +53,8 @@ def test_options_read_from_source_are_the_registry_options_and_every_attention_c
     for name in attention_zoo.available():
         assert mechanisms[name][0] == attention_zoo.options(name), name
     for path in sorted((CONF_DIR / "attention").glob("*.yaml")):
-        check_attention_options(compose_config([f"attention={path.stem}"])["attention"])
+        attention = compose_config([f"attention={path.stem}"])["attention"]
+        assert option_problem(attention.pop("name"), attention) is None, path.name
 
 
 def test_a_declared_range_is_what_the_constructor_refuses():
@@ -118,3 +119,15 @@ def test_run_py_refuses_these_before_importing_torch(tmp_path):
                                 cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
         assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
         assert not any(hydra_words in result.stderr for hydra_words in ("Traceback", "use +", "Available options"))
+
+
+def test_the_registry_answers_options_without_torch_and_loads_the_mechanisms_when_asked_what_is_registered(tmp_path):
+    """``attention_zoo.registry`` checks options from the source with no torch; ``available()`` then imports every
+    mechanism (torch with them), so a ``@register`` in a new file is all it takes to be listed."""
+    code = ("import sys, attention_zoo\n"
+            "print(attention_zoo.option_problem('llops', {'degree': 0}))\n"
+            "print('torch' in sys.modules)\n"
+            "print('llops' in attention_zoo.available(), 'torch' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.stdout.splitlines() == ["attention.degree=0: must be >= 1 for attention=llops (default degree=4)",
+                                          "False", "True True"], result.stderr[-2000:]
