@@ -2,15 +2,15 @@
 
 A checkpoint holds ``torch_rng_states`` ``(world, bytes)``: each rank's CPU generator state (dropout on CPU
 draws from it), and on CUDA ``cuda_rng_states`` likewise for the current device's generator; rank zero writes
-the file. ``torch_rng_state`` (rank zero's CPU state) is kept for checkpoints read by older code, and is all that a
-checkpoint of one process by older code holds (``saved_rng_states`` reads both). Under DDP every rank draws from a
+the file. ``torch_rng_state`` (rank zero's CPU state) is kept for checkpoints read by older code; a checkpoint of one
+process by older code holds only that, and the run's checkpoint reader gives it today's key
+(``lra.run.record_compat.upgrade_checkpoint``). Under DDP every rank draws from a
 stream of its own (``spread``): with one seed, all ranks would draw the same masks.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -46,19 +46,10 @@ def add_to(checkpoint: dict[str, Any], module) -> None:
     checkpoint["torch_rng_state"] = checkpoint["torch_rng_states"][0].clone()
 
 
-def saved_rng_states(checkpoint: Mapping[str, Any]) -> Any:
-    """Every rank's saved torch RNG state (a tensor, one row a rank), or None: a checkpoint of one process by older
-    code kept its one state as ``torch_rng_state``."""
-    states = checkpoint.get("torch_rng_states")
-    if states is None and "torch_rng_state" in checkpoint:
-        states = checkpoint["torch_rng_state"][None]
-    return states
-
-
 def restore(checkpoint: dict[str, Any], rank: int, world: int) -> None:
     """Set this process's generators from ``checkpoint``: exactly where it was saved by as many processes;
     saved by another number, rank zero's state then a stream of each rank's own drawn from it (a warning)."""
-    states = saved_rng_states(checkpoint)
+    states = checkpoint.get("torch_rng_states")
     if states is None:
         return
     cuda = checkpoint.get("cuda_rng_states")

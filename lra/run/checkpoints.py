@@ -1,5 +1,5 @@
-"""Checkpoints that belong to their run folder: written whole or not at all, never through a link, paths rebased
-when the folder moved, a bad ``last.ckpt`` named.
+"""Checkpoints that belong to their run folder: written whole or not at all, never through a link, read in today's
+layout (``lra.run.record_compat.upgrade_checkpoint``), paths rebased when the folder moved, a bad ``last.ckpt`` named.
 
 Lightning writes a checkpoint to a temporary file elsewhere (fsspec's, in the system's temp folder) and copies
 it across file systems, so a full disk left ``last.ckpt`` torn; ``RunFolderCheckpointIO`` writes a temporary
@@ -23,6 +23,7 @@ from lra_base.errors import UserError
 
 from ..data_identity import CHECKPOINT_KEY
 from .disk import disk_full, full_disk_error
+from .record_compat import upgrade_checkpoint
 
 PATH_KEYS = ("best_model_path", "kth_best_model_path", "last_model_path")
 
@@ -57,7 +58,7 @@ class RunFolderCheckpointIO(TorchCheckpointIO):
         not_a_link(path)
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as f:
-            return torch.load(f, map_location=map_location, weights_only=weights_only)
+            return upgrade_checkpoint(torch.load(f, map_location=map_location, weights_only=weights_only))
 
 
 def rebased(state: dict[str, Any], dirpath: str) -> dict[str, Any]:

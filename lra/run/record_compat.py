@@ -17,8 +17,11 @@ holds one fixture per layout):
 - segments backfilled for records from before segments say ``unknown`` for what was not recorded (``known``);
 - benchmark CSVs written before a column was recorded (``has_column``: ``benchmarks.threads``'s ``choices``).
 
-Checkpoints of one process by code before every rank's random state was kept are read where those states are
-(``lra.rng_state.saved_rng_states``). No torch: ``run.py`` reads the old spelling before Hydra and torch load, and a
+- checkpoints of one process by code before every rank's random state was kept: their one state
+  ``torch_rng_state`` is today's ``torch_rng_states`` of one row (``upgrade_checkpoint``, which the run's checkpoint
+  reader ``lra.run.checkpoints.RunFolderCheckpointIO`` applies to every checkpoint it loads).
+
+No torch: ``run.py`` reads the old spelling before Hydra and torch load, and a
 folder's record before its checkpoint.
 """
 
@@ -61,6 +64,15 @@ def in_schema(key: str) -> bool:
             return False
     return name in schema_fields(schema)
 
+
+
+def upgrade_checkpoint(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """``checkpoint`` as today's code reads it, changed in place: one by code before every rank's random state was
+    kept holds its one state as ``torch_rng_state`` (today's ``torch_rng_states``: one row a rank, ``lra.rng_state``).
+    Its settings are ``upgrade``'s to read."""
+    if "torch_rng_states" not in checkpoint and "torch_rng_state" in checkpoint:
+        checkpoint["torch_rng_states"] = checkpoint["torch_rng_state"][None]
+    return checkpoint
 
 
 def recorded_experiment(record: dict[str, Any]) -> str | None:
