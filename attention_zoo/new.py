@@ -80,7 +80,7 @@ def name_problem(name: str, what: str = "NAME") -> str | None:
 
 
 def registry():
-    """The ``attention_zoo`` package (importing it registers every mechanism of the repo)."""
+    """The ``attention_zoo`` package (its first ``available()`` or ``get()`` loads every mechanism of the repo)."""
     import attention_zoo
 
     return attention_zoo

@@ -44,11 +44,15 @@ _KINDS = ((bool, "true or false"), (int, "an integer"), (float, "a number"), (st
 
 
 def register(name: str):
-    """Class decorator: add an attention module under a short, lower-case, stable ``name``."""
+    """Class decorator: add an attention module under a short, lower-case, stable ``name``; a class from outside the
+    package may not take a name of the package's, even before the registry loaded it."""
 
     def decorator(cls: type[nn.Module]) -> type[nn.Module]:
         if name in _REGISTRY:
             raise ValueError(f"attention {name!r} is already registered by {_REGISTRY[name].__qualname__}")
+        if not cls.__module__.startswith(f"{__package__}.") and name in declared():
+            raise ValueError(f"attention {name!r} is already the name of a mechanism of {__package__} "
+                             f"({_ZOO_DIR.name}/{declared_in()[name]}.py): register {cls.__qualname__} under another")
         if name != name.lower():
             raise ValueError(f"attention names are lower-case, got {name!r}")
         cls.registry_name = name
@@ -77,9 +81,17 @@ def refuse_out_of_range(cls: type[nn.Module], **values: float) -> None:
 def load_mechanisms() -> None:
     """Import every public module of the package once, each registering its classes: the first question to the
     registry does it, so that importing ``attention_zoo.registry`` alone loads no torch."""
-    for info in pkgutil.iter_modules([str(_ZOO_DIR)]):
-        if not info.name.startswith("_") and info.name not in _NOT_MECHANISMS:
-            importlib.import_module(f"{__package__}.{info.name}")
+    for name in _mechanism_modules():
+        try:
+            importlib.import_module(f"{__package__}.{name}")
+        except Exception as err:  # not a ValueError a caller takes for a refused option: the file is broken
+            raise ImportError(f"{_ZOO_DIR.name}/{name}.py failed to load ({type(err).__name__}: {err})") from err
+
+
+def _mechanism_modules() -> list[str]:
+    """The package's public modules but ``registry`` and ``new``: one or more mechanisms each."""
+    return [info.name for info in pkgutil.iter_modules([str(_ZOO_DIR)])
+            if not info.name.startswith("_") and info.name not in _NOT_MECHANISMS]
 
 
 def available(pattern: str = "*") -> list[str]:
@@ -112,14 +124,22 @@ def declared() -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
     """``{name: (options with their literal defaults, option_ranges)}`` of every ``@register("name")`` class of the
     package, read from its source (``ast``) without importing it: what ``options`` and ``refuse_out_of_range`` see
     once torch loads (tests check they agree)."""
+    return {name: (_init_options(node), _class_ranges(node)) for name, (_, node) in sorted(_declarations().items())}
+
+
+def declared_in() -> dict[str, str]:
+    """``{name: the module that registers it}`` for the package's mechanisms, from the source."""
+    return {name: module for name, (module, _) in _declarations().items()}
+
+
+@cache
+def _declarations() -> dict[str, tuple[str, ast.ClassDef]]:
     found = {}
-    for info in pkgutil.iter_modules([str(_ZOO_DIR)]):
-        if info.name.startswith("_") or info.name in _NOT_MECHANISMS:
-            continue
-        for node in ast.parse((_ZOO_DIR / f"{info.name}.py").read_text(encoding="utf-8")).body:
+    for module in _mechanism_modules():
+        for node in ast.parse((_ZOO_DIR / f"{module}.py").read_text(encoding="utf-8")).body:
             if isinstance(node, ast.ClassDef) and (name := _registered_name(node)) is not None:
-                found[name] = (_init_options(node), _class_ranges(node))
-    return dict(sorted(found.items()))
+                found[name] = (module, node)
+    return found
 
 
 def _registered_name(cls: ast.ClassDef) -> str | None:

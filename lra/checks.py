@@ -2,7 +2,8 @@
 that make a run folder, the machine (its memory) and ``conf/`` (an experiment's coverage of the task).
 
 ``lra.settings.Run.parse`` runs them once, with the rules declared on the schema's fields (``lra.setting_rules``):
-names first, then every field, then ``check_relations``. The field rules that need more words than a range call the
+names first, then every field, then the attention's options (``attention_zoo.option_problem``), then
+``check_relations``. The field rules that need more words than a range call the
 predicates and problems here. No torch: ``run.py`` checks before torch loads (a DDP trainer on a machine without a
 GPU, which needs torch to tell, ``lra.build`` refuses before any data work). The command line itself (keys and group
 options that do not exist, keys added that nothing reads, missing plugins) is checked before composing, in

@@ -15,14 +15,13 @@ holds one fixture per layout):
 - interrupted records before they kept the time of their earlier segments (no ``earlier_segments_s``): they timed
   their last segment only (``whole_run_time``);
 - segments backfilled for records from before segments say ``unknown`` for what was not recorded (``known``);
-- benchmark CSVs written before a column was recorded (``has_column``: ``benchmarks.threads``'s ``choices``).
-
+- benchmark CSVs written before a column was recorded (``has_column``: ``benchmarks.threads``'s ``choices``);
 - checkpoints of one process by code before every rank's random state was kept: their one state
   ``torch_rng_state`` is today's ``torch_rng_states`` of one row (``upgrade_checkpoint``, which the run's checkpoint
   reader ``lra.run.checkpoints.RunFolderCheckpointIO`` applies to every checkpoint it loads).
 
-No torch: ``run.py`` reads the old spelling before Hydra and torch load, and a
-folder's record before its checkpoint.
+No torch: ``run.py`` reads the old spelling before Hydra and torch load, and a folder's record before its
+checkpoint.
 """
 
 from __future__ import annotations

@@ -1,14 +1,18 @@
-"""Older records and manifests are read as what they meant (``lra.run.record_compat``): one fixture per layout found
-among the committed records (``results/runs``) and in the history of ``lra/run/record.py`` and ``conf/``."""
+"""Older records, manifests and checkpoints are read as what they meant (``lra.run.record_compat``): one fixture per
+layout found among the committed records (``results/runs``) and in the history of ``lra/run/record.py``, ``conf/``
+and ``lra/rng_state.py``."""
 
 from __future__ import annotations
 
 import copy
 
 import pytest
+import torch
 
+from lra import rng_state
 from lra.config import CONF_DIR
 from lra.implicit import IMPLICIT, with_implicit
+from lra.run.checkpoints import RunFolderCheckpointIO
 from lra.run.record_compat import experiment_for, recorded_experiment
 from lra.settings import Run
 from results.collect import collect
@@ -121,3 +125,19 @@ def test_a_manifest_from_before_a_generator_option_was_made_with_its_implicit_va
     assert pathfinder.DataModule(Run.parse(config)).stale_data_message(manifest) is None
     options["contour_length"] = 6
     assert "--contour-length 6" in pathfinder.DataModule(Run.parse(config)).stale_data_message(manifest)
+
+
+def test_a_checkpoint_of_older_code_read_by_the_run_restores_on_one_process(tmp_path):
+    """Older code kept one process's state as ``torch_rng_state`` only: the run's checkpoint reader gives it today's
+    ``torch_rng_states`` (``lra.run.record_compat.upgrade_checkpoint``), which ``restore`` reads."""
+    torch.manual_seed(21)
+    saved = torch.get_rng_state()
+    torch.save({"torch_rng_state": saved}, tmp_path / "old.ckpt")
+    checkpoint = RunFolderCheckpointIO().load_checkpoint(tmp_path / "old.ckpt", weights_only=True)
+    assert torch.equal(checkpoint["torch_rng_states"], saved[None])
+    torch.manual_seed(0)
+    rng_state.restore(checkpoint, 0, 1)
+    assert torch.equal(torch.get_rng_state(), saved)
+    torch.manual_seed(0)
+    rng_state.restore({"torch_rng_state": saved}, 0, 1)  # read as it was written: nothing today's code knows
+    assert not torch.equal(torch.get_rng_state(), saved)

@@ -8,7 +8,6 @@ from types import SimpleNamespace
 import torch
 
 from lra import rng_state
-from lra.run.checkpoints import RunFolderCheckpointIO
 
 
 def states_of(seeds: list[int]) -> torch.Tensor:
@@ -35,21 +34,6 @@ def test_each_rank_gets_its_own_saved_state_back():
         torch.manual_seed(0)
         rng_state.restore({"torch_rng_states": saved}, rank, 3)
         assert torch.equal(torch.get_rng_state(), saved[rank])
-
-
-def test_a_checkpoint_of_older_code_read_by_the_run_restores_on_one_process(tmp_path):
-    """Older code kept one process's state as ``torch_rng_state`` only: the run's checkpoint reader gives it today's
-    ``torch_rng_states`` (``lra.run.record_compat.upgrade_checkpoint``), which ``restore`` reads."""
-    saved = states_of([21])[0]
-    torch.save({"torch_rng_state": saved}, tmp_path / "old.ckpt")
-    checkpoint = RunFolderCheckpointIO().load_checkpoint(tmp_path / "old.ckpt", weights_only=True)
-    assert torch.equal(checkpoint["torch_rng_states"], saved[None])
-    torch.manual_seed(0)
-    rng_state.restore(checkpoint, 0, 1)
-    assert torch.equal(torch.get_rng_state(), saved)
-    torch.manual_seed(0)
-    rng_state.restore({"torch_rng_state": saved}, 0, 1)  # read as it was written: nothing today's code knows
-    assert not torch.equal(torch.get_rng_state(), saved)
 
 
 def test_on_another_process_count_the_ranks_draw_distinct_repeatable_streams(caplog):

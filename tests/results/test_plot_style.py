@@ -61,7 +61,7 @@ def legend_texts(ax) -> list[str]:
 
 
 def test_fixed_attentions_have_distinct_pairs_and_every_registered_name_has_its_own():
-    import attention_zoo  # the registry (imports torch)
+    import attention_zoo  # the registry (available() imports every mechanism, and torch)
 
     assert set(FIXED) <= set(attention_zoo.available())  # a fixed name is never dropped from the registry
     pairs = [attention_style(name) for name in FIXED]
