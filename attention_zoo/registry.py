@@ -173,13 +173,15 @@ def _class_ranges(cls: ast.ClassDef) -> dict[str, str]:
 
 
 def option_problem(name: str, given: dict[str, Any]) -> str | None:
-    """What is wrong with the options ``given`` to the mechanism ``name`` as its source declares them (an unknown
+    """What is wrong with the options ``given`` to the mechanism ``name`` as its class declares them (an unknown
     option, one not of its default's type, one outside its ``option_ranges``), as one line starting
-    ``attention.<option>``; None when nothing is, or when ``name`` is not the package's (an unknown or outside
-    mechanism is refused where it is built, after torch loads, with the valid names)."""
-    if name not in declared():
+    ``attention.<option>``; None when nothing is, or when ``name`` is unknown (refused where it is built, after torch
+    loads, with the valid names). The package's mechanisms are read from the source, without importing them; one
+    from outside the package that registered already (its module imported first) is read from its class."""
+    declaration = _declaration(name)
+    if declaration is None:
         return None
-    defaults, ranges = declared()[name]
+    defaults, ranges = declaration
     for key, value in given.items():
         if key not in defaults:
             valid = ", ".join(f"{k}={v!r}" for k, v in defaults.items() if v is not NO_DEFAULT)
@@ -190,6 +192,20 @@ def option_problem(name: str, given: dict[str, Any]) -> str | None:
         if spec and isinstance(value, (int, float)) and not (math.isfinite(value) and in_range(value, spec)):
             return f"attention.{key}={value!r}: must be {spec} for attention={name} (default {key}={defaults[key]!r})"
     return None
+
+
+def _declaration(name: str) -> tuple[dict[str, Any], dict[str, str]] | None:
+    """``(options with defaults, option_ranges)`` of ``name``: the package's from the source, an outside mechanism's
+    from its registered class (no mechanism of the package is loaded for it); None for an unknown name."""
+    if name in declared():
+        return declared()[name]
+    cls = _REGISTRY.get(name)
+    if cls is None:
+        return None
+    options = {p.name: NO_DEFAULT if p.default is p.empty else p.default
+               for p in inspect.signature(cls.__init__).parameters.values()
+               if p.kind is p.KEYWORD_ONLY and p.name not in _BUILD_ARGS}
+    return options, dict(getattr(cls, "option_ranges", {}))
 
 
 def _type_problem(name: str, key: str, value: Any, default: Any) -> str | None:

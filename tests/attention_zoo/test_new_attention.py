@@ -191,17 +191,29 @@ def printed_command(printed: str) -> tuple[dict[str, str], list[str]]:
     return {variable: value}, argv
 
 
-def train(printed: str, run_dir: Path, data_dir: Path) -> subprocess.CompletedProcess:
+def train(printed: str, run_dir: Path, data_dir: Path, *more: str) -> subprocess.CompletedProcess:
     """The printed ``python -c "import myattn.mylinear, runpy; ..." task=listops attention=NAME experiment=quick
     hydra.searchpath=...`` in a fresh interpreter (its module import is all that registers NAME there), in two
     batches a split of a tiny ListOps (``trainer=debug``), run.py given by its path."""
     env, (python, flag, runner, *overrides) = printed_command(printed)
     assert (python, flag) == ("python", "-c") and "hydra.searchpath=[file://" in overrides[-1]
     runner = runner.replace("'run.py'", repr(str(ROOT / "run.py")))
-    extra = ["trainer=debug", f"data_dir={data_dir}", *TINY, f"hydra.run.dir={run_dir}"]
+    extra = ["trainer=debug", f"data_dir={data_dir}", *TINY, f"hydra.run.dir={run_dir}", *more]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([env["PYTHONPATH"], str(ROOT)]), "HYDRA_FULL_ERROR": "0"}
     return subprocess.run([sys.executable, "-c", runner, *overrides, *extra], cwd=run_dir.parent, env=env,
                           capture_output=True, text=True, timeout=300)
+
+
+def test_run_py_refuses_its_bad_option_in_one_line_before_any_data(generated, tmp_path):
+    """Imported before ``run.py`` parses the run, its options are checked as the repository's are (from its class:
+    ``attention_zoo.option_problem``): one line, exit 2, no data prepared and no folder made."""
+    run_dir = tmp_path / "runs" / "listops" / NAME / "seed0" / "quick"
+    run_dir.parent.mkdir(parents=True)
+    result = train(generated[1], run_dir, tmp_path / "data", "attention.causal=3")
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert (f"error: attention.causal=3: must be true or false like its default (causal=False) for attention={NAME}"
+            in result.stderr) and "Traceback" not in result.stderr
+    assert not (tmp_path / "data").exists() and not run_dir.exists()
 
 
 def test_run_py_trains_it_and_results_tabulate_it(generated, tmp_path):

@@ -41,3 +41,26 @@ def test_an_outside_mechanism_under_a_name_of_the_package_is_refused_when_it_reg
     assert result.stdout.splitlines() == [
         "attention 'linear' is already the name of a mechanism of attention_zoo (attention_zoo/linear.py): register "
         "Mine under another", "True LinearAttention"], result.stderr[-2000:]
+
+
+def test_an_outside_mechanism_registered_first_has_its_options_checked_like_the_packages():
+    """``python run.py`` imports an outside mechanism's module before it parses the run (README, "Outside the
+    repository"): its options are then checked from its class, with the words used for the package's."""
+    code = ("from attention_zoo.registry import option_problem, register\n"
+            "class Mine:\n"
+            "    option_ranges = {'eps': '> 0'}\n"
+            "    def __init__(self, *, head_dim, num_heads, eps: float = 1e-6, causal: bool = False):\n"
+            "        pass\n"
+            "Mine.__module__ = 'myattn.mine'\n"
+            "register('mine')(Mine)\n"
+            "print(option_problem('mine', {'eps': -1.0}))\n"
+            "print(option_problem('mine', {'causal': 3}))\n"
+            "print(option_problem('mine', {'epss': 1.0}))\n"
+            "print(option_problem('mine', {'eps': 1.0, 'causal': True}))\n"
+            "import sys; print('attention_zoo.linear' in sys.modules)\n")
+    result = python(code)
+    assert result.stdout.splitlines() == [
+        "attention.eps=-1.0: must be > 0 for attention=mine (default eps=1e-06)",
+        "attention.causal=3: must be true or false like its default (causal=False) for attention=mine",
+        "attention.epss: attention=mine has no option 'epss'; valid options: eps=1e-06, causal=False",
+        "None", "False"], result.stderr[-2000:]
