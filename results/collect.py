@@ -328,13 +328,18 @@ def mark_drift(runs: list[dict], conf_dir: Path = CONF_DIR) -> list[Problem]:
     return problems
 
 
+def is_committed(path: str | Path, committed: Path = COMMITTED_RUNS) -> bool:
+    """Whether the record at `path` is one of the committed records (under `committed`)."""
+    return Path(path).resolve().is_relative_to(committed.resolve())
+
+
 def mark_yours(runs: list[dict], committed: Path = COMMITTED_RUNS) -> None:
     """When committed records (under `committed`) and others were read together, put the others in sections
     of their own (`"<tag> · yours"`): a run of yours never replaces or joins a committed number."""
-    inside = [Path(run["path"]).resolve().is_relative_to(committed.resolve()) for run in runs]
+    inside = [is_committed(run["path"], committed) for run in runs]
     if any(inside) and not all(inside):
-        for run, is_committed in zip(runs, inside, strict=True):
-            if not is_committed:
+        for run, committed_run in zip(runs, inside, strict=True):
+            if not committed_run:
                 run["tag"] = f"{run['tag']}{SECTION_SEP}{YOURS}"
 
 
@@ -361,13 +366,14 @@ def collect(roots: list[str | Path], conf_dir: Path = CONF_DIR,
             committed: Path = COMMITTED_RUNS) -> tuple[pd.DataFrame, list[Problem]]:
     """Read every `result.json` under `roots`.
 
-    A run found under two roots (an archived copy and its original) counts once, from the first root.
+    A run found under two roots (an archived copy and its original) counts once: its committed copy (under
+    `committed`) whatever the order of `roots`, so that it stays in the committed sections; else the first root's.
     Returns the long table (columns `COLUMNS`, accuracies as fractions) and the problems: malformed files,
     failed runs, superseded duplicates, completed runs without test_acc and rejected metric values. Runs off their
     tag's protocol (`conf_dir` composes it) and, beside committed records (under `committed`), your own runs get
     sections of their own (`mark_drift`, `mark_yours`). Only rows with status "completed" are meant to be averaged.
     """
-    paths = find_records(roots)
+    paths = sorted(find_records(roots), key=lambda path: not is_committed(path, committed))  # stable: roots' order
     runs, problems, seen = [], [], set()
     for path in paths:
         try:
@@ -382,7 +388,7 @@ def collect(roots: list[str | Path], conf_dir: Path = CONF_DIR,
             continue
         key = copy_key(record)
         if record.get("finished_at") and key in seen:
-            continue  # the same run found under two roots: the first root's copy counts
+            continue  # the same run found under two roots: its committed copy counts, else the first root's
         seen.add(key)
         if record.get("kind") == ANALYSIS_KIND and (problem := analysis_problem(record)):
             problems.append(Problem(path.as_posix(), "malformed", problem))

@@ -40,14 +40,20 @@ def escape_steps(long: pd.DataFrame, statuses: tuple[str, ...] = ("completed",))
 
 
 def add_escapes(summary: pd.DataFrame, long: pd.DataFrame) -> pd.DataFrame:
-    """`<task>_escaped` (Int64): how many of a cell's runs escaped, for the tasks of `ESCAPE_AT` that have runs;
-    blank on rows without a curve (and on the reference rows)."""
-    steps = escape_steps(long)
+    """`<task>_escaped` (Int64): how many of the runs averaged in a cell (completed, with a test accuracy:
+    `results.summary.summarize`) escaped, for the tasks of `ESCAPE_AT` that have runs. Blank where one of those runs
+    has no readable curve (a count of the others would read as k of n), and on the reference rows."""
+    averaged = long[(long["status"] == "completed") & (long["metric"] == "test_acc")]
+    steps = escape_steps(averaged)
     if steps.empty:
         return summary
-    counts = steps.assign(escaped=steps["escape_step"].notna()).groupby(["tag", "attention", "task"])["escaped"].sum()
+    keys = ["tag", "attention", "task"]
+    counts = steps.assign(escaped=steps["escape_step"].notna()).groupby(keys)["escaped"].sum()
+    with_curve = steps.groupby(keys)["path"].nunique()
+    runs = averaged.groupby(keys)["path"].nunique().reindex(with_curve.index)
+    counts = counts.astype("Int64").where(with_curve == runs)
     extra = {}
     for task in sorted(steps["task"].unique()):
-        keys = pd.MultiIndex.from_arrays([summary["tag"], summary["attention"], [task] * len(summary)])
-        extra[f"{task}_escaped"] = pd.array(counts.reindex(keys).to_numpy(), dtype="Int64")
+        cells = pd.MultiIndex.from_arrays([summary["tag"], summary["attention"], [task] * len(summary)])
+        extra[f"{task}_escaped"] = pd.array(counts.reindex(cells).to_numpy(), dtype="Int64")
     return summary.assign(**extra)

@@ -216,6 +216,22 @@ def test_your_runs_beside_committed_ones_get_a_section_of_their_own(tmp_path, qu
     assert set(alone["tag"]) == {"quick"}  # only your runs: nothing to keep apart
 
 
+def test_a_committed_run_with_a_copy_among_yours_stays_committed_whatever_the_order_of_the_roots(tmp_path, quick):
+    """`results.archive` copies a run of `outputs/` into `results/runs/`: read together, the one run counts once, as
+    committed, whichever root comes first."""
+    committed, yours = tmp_path / "results/runs", tmp_path / "outputs"
+    for root in (committed, yours):
+        protocol_record(root, quick, "softmax", 0, 0.30, finished_at="2026-01-01T00:00:00")  # the copy and its original
+    protocol_record(committed, quick, "softmax", 1, 0.40)
+    protocol_record(yours, quick, "softmax", 2, 0.20)
+    for roots in ([committed, yours], [yours, committed]):
+        long, _ = collect(roots, committed=committed)
+        summary = summarize(long).set_index(["tag", "attention"])
+        assert summary.loc[("quick", "softmax"), "listops_n"] == 2, roots
+        assert summary.loc[("quick", "softmax"), "listops_mean"] == pytest.approx(35.0)
+        assert summary.loc[("quick · yours", "softmax"), "listops_mean"] == pytest.approx(20.0)
+
+
 def test_tags_whose_configs_compose_one_protocol_name_each_other(tmp_path, quick):
     conf = tmp_path / "conf"
     shutil.copytree(CONF_DIR, conf)

@@ -118,6 +118,29 @@ def test_tables_count_escaped_seeds_and_runs_list_the_escape_step(tmp_path, caps
     assert "listops_escaped" in (tmp_path / "tables/lra.csv").read_text().splitlines()[0]
 
 
+def test_the_escape_count_covers_exactly_the_runs_averaged_or_is_left_out(tmp_path):
+    """Counted over the cell's averaged runs (completed, with a test accuracy), and only when each has a curve."""
+    for seed, curve in enumerate([[0.17, 0.18, 0.18], [0.17, 0.19, 0.19], [0.17, 0.31, 0.36]]):
+        write_curve(write_record(tmp_path / "a", "listops", "linear", seed, curve[-1], tag="default"), curve)
+    untested = tmp_path / "a/listops/linear/seed2-default/result.json"
+    record = json.loads(untested.read_text())
+    del record["metrics"]["test_acc"]  # completed, but nothing to average: not one of the cell's runs
+    untested.write_text(json.dumps(record))
+    for seed, (curve, test) in enumerate([([0.17, 0.31, 0.36], 0.36), ([0.17, 0.18, 0.19], 0.19), (None, 0.36)]):
+        path = write_record(tmp_path / "b", "listops", "linear", seed, test, tag="default")
+        if curve:
+            write_curve(path, curve)
+    cells = {}
+    for name in ("a", "b"):
+        assert results_main([str(tmp_path / name), "--out", str(tmp_path / f"tables_{name}")]) == 0
+        markdown = (tmp_path / f"tables_{name}/lra.md").read_text()
+        cells[name] = table_cells(section(markdown, "default").split("Runs (wall time")[0])["linear"]["listops"]
+    assert cells["a"].strip("*").endswith("(n=2, escaped 0/2)")
+    assert cells["b"].strip("*").endswith("(n=3)")  # one run's curve is unknown: no count of the other two
+    frame = pd.read_csv(tmp_path / "tables_b/lra.csv")
+    assert frame.loc[frame["attention"] == "linear", "listops_escaped"].isna().all()
+
+
 def test_skyformer_table_gets_a_delta_only_beside_its_own_protocol(tmp_path):
     write_record(tmp_path, "listops", "softmax", 0, 0.40, tag="default")
     write_record(tmp_path, "listops", "softmax", 0, 0.39, tag="skyformer_port", experiment="skyformer_port")
