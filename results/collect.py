@@ -20,6 +20,7 @@ from lra.run.record_compat import recorded_experiment, whole_run_time
 from lra.run.run_files import COMMITTED_RUNS, SET_ASIDE, is_set_aside
 from lra.settings import MAX_SEED
 from lra.task_facts import averaged_tasks, lra_tasks
+from results.data_sections import mark_other_data
 from results.machines import device_kind, machine_summary
 from results.protocol import (
     SECTION_SEP,
@@ -248,6 +249,7 @@ def parse_run(path: Path, record: RunRecord) -> tuple[dict, list[Problem]]:
         "device": device_kind(record.get("segments")), "machine": machine_summary(record.get("segments")),
         "path": path.as_posix(), "finished_at": str(record.get("finished_at") or ""),
         "config": record.get("config"), "protocol": "", "experiment": recorded_experiment(record),
+        "data": record.get("data"),
     }
     run["metrics"], complaints = clean_metrics(record.get("metrics") or {})
     label, tag, where = run_label(run), run["tag"], run["path"]
@@ -370,8 +372,9 @@ def collect(roots: list[str | Path], conf_dir: Path = CONF_DIR,
     `committed`) whatever the order of `roots`, so that it stays in the committed sections; else the first root's.
     Returns the long table (columns `COLUMNS`, accuracies as fractions) and the problems: malformed files,
     failed runs, superseded duplicates, completed runs without test_acc and rejected metric values. Runs off their
-    tag's protocol (`conf_dir` composes it) and, beside committed records (under `committed`), your own runs get
-    sections of their own (`mark_drift`, `mark_yours`). Only rows with status "completed" are meant to be averaged.
+    tag's protocol (`conf_dir` composes it), runs on other data than the rest of their section's
+    (`results.data_sections`) and, beside committed records (under `committed`), your own runs get sections of their
+    own (`mark_drift`, `mark_other_data`, `mark_yours`). Only rows with status "completed" are meant to be averaged.
     """
     paths = sorted(find_records(roots), key=lambda path: not is_committed(path, committed))  # stable: roots' order
     runs, problems, seen = [], [], set()
@@ -399,6 +402,7 @@ def collect(roots: list[str | Path], conf_dir: Path = CONF_DIR,
         runs.append(run)
         problems.extend(found)
     problems.extend(mark_drift(runs, conf_dir))
+    mark_other_data(runs)
     mark_yours(runs, committed)
     problems.extend(mark_duplicates(runs))
     return to_long(runs), problems

@@ -9,9 +9,10 @@ import pandas as pd
 from lra.run.record import DEFAULT_TAG, INTERRUPTED
 from results.collect import CLASSIC_TASKS, UNTAGGED, Problem
 from results.curves import RAN
+from results.data_sections import is_data_part
 from results.escapes import ESCAPE_AT, escape_steps
 from results.markdown_text import md_code, md_text
-from results.protocol import SECTION_SEP, YOURS, base_tag, only_yours
+from results.protocol import SECTION_SEP, YOURS, base_tag
 from results.summary import (
     AVERAGE,
     PEER_CODE_BESIDE,
@@ -221,7 +222,9 @@ def reading_notes(references: dict[str, pd.DataFrame]) -> str:
         "Hydra config for that task and the tag's experiment; settings that say only where or how a run ran, such "
         "as data locations, loader workers, devices and logging, aside: `lra/identity.py`) gets a section of its "
         "own, named by the differing settings (`<tag> · key=value, ...`) and averaged only with runs that differ "
-        "the same way (e.g. a comparison at fewer `task.max_steps`). Read beside "
+        "the same way (e.g. a comparison at fewer `task.max_steps`). A run whose record names other data (its split "
+        "files' checksums) than most of its section's runs of the task gets a section `<tag> · data <digest>`. "
+        "Read beside "
         "the committed records (`results/runs/`), your own runs get sections `<tag> · yours`: they never replace or "
         "join a committed number. A cell whose runs come from several commits says so under its table.",
     ]
@@ -242,11 +245,14 @@ def tag_notes(tag: str, summary: pd.DataFrame, steps=()) -> list[str]:
     are the training steps its completed runs took."""
     lines = []
     if SECTION_SEP in tag:
-        base = base_tag(tag)
-        if not only_yours(tag):
+        base, parts = base_tag(tag), tag.split(SECTION_SEP)[1:]
+        if any(part != YOURS and not is_data_part(part) for part in parts):
             lines.append(f"These runs differ from tag `{md_code(base)}`'s protocol in the settings the heading "
                          f"names: they are averaged only with runs that differ in the same way, never with "
                          f"`{md_code(base)}`'s.")
+        if any(is_data_part(part) for part in parts):
+            lines.append("These runs trained on other data than the rest of this section's runs of the task (the "
+                         "heading names the digest of their split files' checksums): never averaged with them.")
         if tag.endswith(SECTION_SEP + YOURS):
             lines.append("Your runs (outside `results/runs/`): shown apart from the committed runs of this tag, "
                          "never averaged with them.")

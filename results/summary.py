@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from results.collect import CLASSIC_TASKS, TASKS
+from results.data_sections import is_data_part
 from results.protocol import SECTION_SEP, base_tag, only_yours
 
 REFERENCE_DIR = Path(__file__).parent / "reference"
@@ -62,7 +63,8 @@ def rules_of_sections(rules: pd.DataFrame, ran: set[tuple[str, str]]) -> pd.Data
     own = {(tag, task): row for tag, task, row in zip(rules["tag"], rules["task"], rules.to_dict("records"))}
     rows = []
     for tag, task in sorted(ran):
-        same_data = not any(part.lstrip().startswith("task.data.") for part in tag.replace(SECTION_SEP, ",").split(","))
+        parts = [part.lstrip() for part in tag.replace(SECTION_SEP, ",").split(",")]
+        same_data = not any(part.startswith("task.data.") or is_data_part(part) for part in parts)
         row = own.get((tag, task)) or (own.get((base_tag(tag), task)) if same_data else None)
         if row is not None:
             rows.append({**row, "tag": tag})
