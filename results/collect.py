@@ -31,6 +31,7 @@ from results.protocol import (
     drift_pairs,
     has_protocol,
     reference_config,
+    tag_experiment,
 )
 from results.safe_read import UnsafeFile, read_limited
 
@@ -307,7 +308,9 @@ def mark_duplicates(runs: list[dict]) -> list[Problem]:
 def mark_drift(runs: list[dict], conf_dir: Path = CONF_DIR) -> list[Problem]:
     """Give completed runs whose settings differ from their (tag, task, experiment) reference a section of their
     own, `"<tag> · key=value, ..."` (the differing settings): runs that differ in the same way are averaged
-    together, never with the protocol's. Returns no problems (kept for the caller's shape).
+    together, never with the protocol's. Runs of another experiment than the tag's own (`tag_experiment`: `run.py
+    experiment=X tag=Y`) whose protocol differs from it start their section with `experiment=X`. Returns no problems
+    (kept for the caller's shape).
 
     Each checked run's `protocol` says what it was checked against (see `results.protocol.reference_config`);
     completed runs without a recorded config are "unchecked".
@@ -319,14 +322,20 @@ def mark_drift(runs: list[dict], conf_dir: Path = CONF_DIR) -> list[Problem]:
         else:
             run["protocol"] = UNCHECKED
     problems = []
+    references = {key: reference_config(*key[:2], [run["config"] for run in group], conf_dir, key[2])
+                  for key, group in groups.items()}
     for (tag, task, experiment), group in sorted(groups.items(), key=lambda item: (*item[0][:2], str(item[0][2]))):
-        reference, source = reference_config(tag, task, [run["config"] for run in group], conf_dir, experiment)
+        reference, source = references[(tag, task, experiment)]
+        named = [e for (t, k, e), members in groups.items() if (t, k) == (tag, task) for _ in members]
+        own = references.get((tag, task, tag_experiment(tag, named, conf_dir)))
+        other_protocol = own is not None and drift_pairs(reference, own[0])
+        apart = f"experiment={experiment or 'none'}" if other_protocol else ""
         for run in group:
             run["protocol"] = source
             differences = as_typed(drift_pairs(run["config"], reference), tag, task, conf_dir, experiment)
-            if differences:
-                settings = ", ".join(f"{key}={mine}" for key, mine, _ in differences)
-                run["tag"] = f"{tag}{SECTION_SEP}{settings}"
+            settings = ([apart] if apart else []) + [f"{key}={mine}" for key, mine, _ in differences]
+            if settings:  # another experiment under the same tag is never averaged with the tag's own either
+                run["tag"] = f"{tag}{SECTION_SEP}{', '.join(settings)}"
     return problems
 
 

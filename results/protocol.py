@@ -129,6 +129,17 @@ def most_common_config(configs: list[dict]) -> dict:
     return configs[int(views[views == views.mode().iloc[0]].index[0])]
 
 
+def tag_experiment(tag: str, experiments: list[str | None], conf_dir: Path = CONF_DIR) -> str | None:
+    """Which of the `experiments` a tag's runs name (None: records older than the field) is the tag's own: the one
+    named like it (`experiment_for`: none for `default`), else the one most of them name (a tie: the first in
+    sorted order); records older than the field count as the tag's own."""
+    own = experiment_for(tag, conf_dir)
+    if own is not None and own in experiments:
+        return own
+    named = [experiment for experiment in experiments if experiment is not None]
+    return min(set(named), key=lambda e: (-named.count(e), e)) if named else None
+
+
 def reference_config(tag: str, task: str, configs: list[dict], conf_dir: Path = CONF_DIR,
                      experiment: str | None = None) -> tuple[dict, str]:
     """The config runs of (tag, task) that name `experiment` (None: records without the field) are checked

@@ -64,7 +64,7 @@ def rules_of_sections(rules: pd.DataFrame, ran: set[tuple[str, str]]) -> pd.Data
     rows = []
     for tag, task in sorted(ran):
         parts = [part.lstrip() for part in tag.replace(SECTION_SEP, ",").split(",")]
-        same_data = not any(part.startswith("task.data.") or is_data_part(part) for part in parts)
+        same_data = not any(part.startswith(("task.data.", "experiment=")) or is_data_part(part) for part in parts)
         row = own.get((tag, task)) or (own.get((base_tag(tag), task)) if same_data else None)
         if row is not None:
             rows.append({**row, "tag": tag})

@@ -42,6 +42,6 @@ def test_one_data_for_every_run_changes_nothing(tmp_path):
         on_data(write_record(tmp_path / "runs", "listops", "softmax", seed, acc, tag="default"), "c" * 64)
     assert results_main([str(tmp_path / "runs"), "--out", str(tmp_path / "tables")]) == 0
     markdown = (tmp_path / "tables/lra.md").read_text()
-    assert "· data " not in markdown
+    assert "## tag `default · data" not in markdown
     cells = table_cells(section(markdown, "default").split("Runs (wall time")[0])
     assert cells["softmax"]["listops"].strip("*").startswith("32.00 ± 2.83 (n=2")

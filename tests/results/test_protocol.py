@@ -186,6 +186,31 @@ def test_a_recorded_experiment_is_the_protocol_whatever_the_tag(tmp_path, quick)
     assert set(long.drop_duplicates("path")["protocol"]) == {FROM_CONF}
 
 
+def test_another_experiment_under_a_tag_is_never_averaged_with_the_tags_own(tmp_path, quick):
+    """`run.py experiment=quick tag=default`: checked against quick's protocol (no drift), yet not default's runs."""
+    default = compose_protocol("default", "listops")
+    protocol_record(tmp_path, default, "softmax", 0, 0.40, experiment="")
+    protocol_record(tmp_path, changed(quick, tag="default"), "softmax", 1, 0.30, experiment="quick")
+    protocol_record(tmp_path, changed(quick, tag="default", **{"task.max_steps": 7}), "softmax", 2, 0.20,
+                    experiment="quick")
+    long, problems = collect([tmp_path])
+    summary = summarize(long).set_index(["tag", "attention"])
+    assert problems == [] and summary.loc[("default", "softmax"), "listops_mean"] == pytest.approx(40.0)
+    assert summary.loc[("default · experiment=quick", "softmax"), "listops_mean"] == pytest.approx(30.0)
+    assert summary.loc[("default · experiment=quick, task.max_steps=7", "softmax"), "listops_n"] == 1
+    assert set(long.drop_duplicates("path")["protocol"]) == {FROM_CONF}
+
+
+def test_another_experiment_of_the_same_protocol_joins_the_tags_runs(tmp_path):
+    """ListOps' `study_lr` is `default`'s protocol (its yaml says so): its runs filed under `default` are averaged."""
+    default = compose_protocol("default", "listops")
+    protocol_record(tmp_path, default, "softmax", 0, 0.40, experiment="")
+    study = changed(compose_protocol("study_lr", "listops"), tag="default")
+    protocol_record(tmp_path, study, "softmax", 1, 0.30, experiment="study_lr")
+    long, problems = collect([tmp_path])
+    assert problems == [] and set(long["tag"]) == {"default"}
+
+
 def test_a_record_naming_no_experiment_is_checked_against_the_defaults(tmp_path, quick):
     default = compose_protocol("default", "listops")
     protocol_record(tmp_path, changed(default, tag="mine"), "softmax", 0, 0.40, experiment=None)
