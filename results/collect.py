@@ -305,7 +305,7 @@ def mark_duplicates(runs: list[dict]) -> list[Problem]:
     return problems
 
 
-def mark_drift(runs: list[dict], conf_dir: Path = CONF_DIR) -> list[Problem]:
+def mark_drift(runs: list[dict], conf_dir: Path = CONF_DIR, committed: Path = COMMITTED_RUNS) -> list[Problem]:
     """Give completed runs whose settings differ from their (tag, task, experiment) reference a section of their
     own, `"<tag> · key=value, ..."` (the differing settings): runs that differ in the same way are averaged
     together, never with the protocol's. Runs of another experiment than the tag's own (`tag_experiment`: `run.py
@@ -313,21 +313,23 @@ def mark_drift(runs: list[dict], conf_dir: Path = CONF_DIR) -> list[Problem]:
     (kept for the caller's shape).
 
     Each checked run's `protocol` says what it was checked against (see `results.protocol.reference_config`);
-    completed runs without a recorded config are "unchecked".
+    completed runs without a recorded config are "unchecked". Committed runs and yours are grouped apart, so that
+    where the reference is their most common config, your runs never outvote the committed ones.
     """
     groups: dict[tuple, list[dict]] = {}
     for run in [run for run in runs if run["status"] == "completed"]:
         if has_protocol(run["config"]):
-            groups.setdefault((run["tag"], run["task"], run["experiment"]), []).append(run)
+            key = (run["tag"], run["task"], run["experiment"], is_committed(run["path"], committed))
+            groups.setdefault(key, []).append(run)
         else:
             run["protocol"] = UNCHECKED
     problems = []
     references = {key: reference_config(*key[:2], [run["config"] for run in group], conf_dir, key[2])
                   for key, group in groups.items()}
-    for (tag, task, experiment), group in sorted(groups.items(), key=lambda item: (*item[0][:2], str(item[0][2]))):
-        reference, source = references[(tag, task, experiment)]
-        named = [e for (t, k, e), members in groups.items() if (t, k) == (tag, task) for _ in members]
-        own = references.get((tag, task, tag_experiment(tag, named, conf_dir)))
+    for key, group in sorted(groups.items(), key=lambda item: (*item[0][:2], str(item[0][2]), item[0][3])):
+        (tag, task, experiment, inside), (reference, source) = key, references[key]
+        named = [e for (t, k, e, i), members in groups.items() if (t, k, i) == (tag, task, inside) for _ in members]
+        own = references.get((tag, task, tag_experiment(tag, named, conf_dir), inside))
         other_protocol = own is not None and drift_pairs(reference, own[0])
         apart = f"experiment={experiment or 'none'}" if other_protocol else ""
         for run in group:
@@ -410,7 +412,7 @@ def collect(roots: list[str | Path], conf_dir: Path = CONF_DIR,
         run, found = parse_run(path, record)
         runs.append(run)
         problems.extend(found)
-    problems.extend(mark_drift(runs, conf_dir))
+    problems.extend(mark_drift(runs, conf_dir, committed))
     mark_other_data(runs)
     mark_yours(runs, committed)
     problems.extend(mark_duplicates(runs))

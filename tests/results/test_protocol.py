@@ -257,6 +257,19 @@ def test_a_committed_run_with_a_copy_among_yours_stays_committed_whatever_the_or
         assert summary.loc[("quick · yours", "softmax"), "listops_mean"] == pytest.approx(20.0)
 
 
+def test_your_runs_never_outvote_the_committed_ones_for_the_most_common_config(tmp_path, quick):
+    """A tag with no experiment of its own, in records older than the `experiment` field: each side is checked
+    against its own most common config, so your two runs do not make the committed one look drifted."""
+    committed, yours = tmp_path / "results/runs", tmp_path / "outputs"
+    foo = changed(quick, tag="foo", **{"task.optim.lr": 1e-3})
+    protocol_record(committed, foo, "softmax", 0, 0.40)
+    for seed in (1, 2):
+        protocol_record(yours, changed(foo, **{"task.optim.lr": 1e-4}), "softmax", seed, 0.20)
+    long, _ = collect([committed, yours], committed=committed)
+    assert set(long["tag"]) == {"foo", "foo · yours"}
+    assert set(long.loc[long["tag"] == "foo", "seed"]) == {0}
+
+
 def test_tags_whose_configs_compose_one_protocol_name_each_other(tmp_path, quick):
     conf = tmp_path / "conf"
     shutil.copytree(CONF_DIR, conf)
