@@ -17,7 +17,11 @@ from tests.lra.conftest import compose_run
 
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory):
-    return tmp_path_factory.mktemp("pf_data")
+    """A data folder holding 64 generated Pathfinder images, made here: under ``pytest -n`` the tests of this module
+    may run on several workers in any order, so none may count on another to have made it."""
+    root = tmp_path_factory.mktemp("pf_data")
+    pathfinder_task.DataModule(config("pathfinder", root, 64)).prepare_data()
+    return root
 
 
 def config(task: str, data_root, count: int, *overrides: str) -> Run:
