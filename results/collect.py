@@ -205,9 +205,12 @@ def first_line(text: object, limit: int = 200) -> str:
 
 
 def clean_metrics(metrics: dict) -> tuple[dict[str, float], list[str]]:
-    """Split metrics into (finite numbers kept, complaints); `*_acc` must be a fraction in [0, 1]."""
+    """Split metrics into (finite numbers kept, complaints); `*_acc` must be a fraction in [0, 1]. A null one was not
+    measured (`val_acc` of a run that never validated: `lra.run.train` writes None) and is left out, not refused."""
     kept, complaints = {}, []
     for name, value in metrics.items():
+        if value is None:
+            continue
         if not finite_number(value):
             complaints.append(f"{name}={first_line(repr(value), 40)} is not a finite number")
         elif name.endswith("_acc") and not 0.0 <= value <= 1.0:

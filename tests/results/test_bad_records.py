@@ -33,6 +33,20 @@ def test_a_record_with_any_non_finite_metric_is_never_averaged(tmp_path):
     assert set(long[long["seed"] == 1]["status"]) == {"bad value"}
 
 
+def test_a_metric_written_as_null_was_not_measured_and_the_run_still_counts(tmp_path):
+    """`lra.run.train` writes `val_acc: null` for a run that never validated: the test accuracy is still its number
+    (such a run's settings differ from the protocol, so it sits in a drift section of its own)."""
+    write_record(tmp_path, "listops", "softmax", 0, 0.40)
+    unvalidated = write_record(tmp_path, "listops", "softmax", 1, 0.30)
+    record = json.loads(unvalidated.read_text())
+    record["metrics"]["val_acc"] = None
+    unvalidated.write_text(json.dumps(record))
+    long, problems = collect([tmp_path])
+    assert problems == [] and summarize(long).set_index(["tag", "attention"]).loc[("quick", "softmax"),
+                                                                                 "listops_n"] == 2
+    assert "val_acc" not in set(long[long["seed"] == 1]["metric"])
+
+
 def analysis(root, name, **fields):
     path = write_analysis_record("ar_ablation", ROWS, keys=["setting", "method", "p"], config={}, started=time.time(),
                                  out_root=root / name)
