@@ -31,7 +31,7 @@ from results.protocol import (
     drift_pairs,
     has_protocol,
     reference_config,
-    tag_experiment,
+    tag_protocol,
 )
 from results.safe_read import UnsafeFile, read_limited
 
@@ -311,13 +311,14 @@ def mark_duplicates(runs: list[dict]) -> list[Problem]:
 def mark_drift(runs: list[dict], conf_dir: Path = CONF_DIR, committed: Path = COMMITTED_RUNS) -> list[Problem]:
     """Give completed runs whose settings differ from their (tag, task, experiment) reference a section of their
     own, `"<tag> · key=value, ..."` (the differing settings): runs that differ in the same way are averaged
-    together, never with the protocol's. Runs of another experiment than the tag's own (`tag_experiment`: `run.py
-    experiment=X tag=Y`) whose protocol differs from it start their section with `experiment=X`. Returns no problems
-    (kept for the caller's shape).
+    together, never with the protocol's. Runs of an experiment whose protocol differs from the tag's own
+    (`tag_protocol`: `run.py experiment=X tag=Y`) start their section with `experiment=X`. Returns no problems (kept
+    for the caller's shape).
 
     Each checked run's `protocol` says what it was checked against (see `results.protocol.reference_config`);
-    completed runs without a recorded config are "unchecked". Committed runs and yours are grouped apart, so that
-    where the reference is their most common config, your runs never outvote the committed ones.
+    completed runs without a recorded config are "unchecked". Committed runs and yours are grouped apart, and yours
+    are checked against the committed runs' reference where there is one: where it is their most common config,
+    your runs never outvote the committed ones.
     """
     groups: dict[tuple, list[dict]] = {}
     for run in [run for run in runs if run["status"] == "completed"]:
@@ -329,12 +330,13 @@ def mark_drift(runs: list[dict], conf_dir: Path = CONF_DIR, committed: Path = CO
     problems = []
     references = {key: reference_config(*key[:2], [run["config"] for run in group], conf_dir, key[2])
                   for key, group in groups.items()}
+    for (tag, task, experiment, inside) in references:  # yours are checked against the committed runs' reference
+        if not inside and (tag, task, experiment, True) in references:
+            references[(tag, task, experiment, False)] = references[(tag, task, experiment, True)]
     for key, group in sorted(groups.items(), key=lambda item: (*item[0][:2], str(item[0][2]), item[0][3])):
         (tag, task, experiment, inside), (reference, source) = key, references[key]
-        named = [e for (t, k, e, i), members in groups.items() if (t, k, i) == (tag, task, inside) for _ in members]
-        own = references.get((tag, task, tag_experiment(tag, named, conf_dir), inside))
-        other_protocol = own is not None and drift_pairs(reference, own[0])
-        apart = f"experiment={experiment or 'none'}" if other_protocol else ""
+        own = tag_protocol(tag, task, experiment_references(groups, references, tag, task), conf_dir)
+        apart = f"experiment={experiment or 'none'}" if own is not None and drift_pairs(reference, own) else ""
         for run in group:
             run["protocol"] = source
             differences = as_typed(drift_pairs(run["config"], reference), tag, task, conf_dir, experiment)
@@ -347,6 +349,15 @@ def mark_drift(runs: list[dict], conf_dir: Path = CONF_DIR, committed: Path = CO
 def is_committed(path: str | Path, committed: Path = COMMITTED_RUNS) -> bool:
     """Whether the record at `path` is one of the committed records (under `committed`)."""
     return Path(path).resolve().is_relative_to(committed.resolve())
+
+
+def experiment_references(groups: dict[tuple, list[dict]], references: dict[tuple, tuple[dict, str]], tag: str,
+                          task: str) -> dict[str | None, tuple[dict, int]]:
+    """{experiment: (reference, how many runs)} of a (tag, task)'s committed runs, or of all of them when none is
+    committed (`mark_drift`'s groups and references)."""
+    keys = [key for key in groups if key[:2] == (tag, task)]
+    keys = [key for key in keys if key[3]] or keys
+    return {key[2]: (references[key][0], len(groups[key])) for key in keys}
 
 
 def mark_yours(runs: list[dict], committed: Path = COMMITTED_RUNS) -> None:
@@ -416,7 +427,7 @@ def collect(roots: list[str | Path], conf_dir: Path = CONF_DIR,
         runs.append(run)
         problems.extend(found)
     problems.extend(mark_drift(runs, conf_dir, committed))
-    mark_other_data(runs)
+    mark_other_data(runs, lambda run: is_committed(run["path"], committed))
     mark_yours(runs, committed)
     problems.extend(mark_duplicates(runs))
     return to_long(runs), problems

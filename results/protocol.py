@@ -129,15 +129,18 @@ def most_common_config(configs: list[dict]) -> dict:
     return configs[int(views[views == views.mode().iloc[0]].index[0])]
 
 
-def tag_experiment(tag: str, experiments: list[str | None], conf_dir: Path = CONF_DIR) -> str | None:
-    """Which of the `experiments` a tag's runs name (None: records older than the field) is the tag's own: the one
-    named like it (`experiment_for`: none for `default`), else the one most of them name (a tie: the first in
-    sorted order); records older than the field count as the tag's own."""
+def tag_protocol(tag: str, task: str, named: dict[str | None, dict], conf_dir: Path = CONF_DIR) -> dict | None:
+    """The protocol of the tag itself, which runs of another experiment filed under it (`run.py experiment=X tag=Y`)
+    are compared with: the repo's config for the experiment named like the tag (none for `default`), whether or not
+    any run names it; for a tag of no experiment, the reference of the experiment most of its runs name (`named`:
+    experiment -> (reference, how many runs), committed runs' when there are any; None: records older than the
+    field; a tie: the first in sorted order)."""
     own = experiment_for(tag, conf_dir)
-    if own is not None and own in experiments:
-        return own
-    named = [experiment for experiment in experiments if experiment is not None]
-    return min(set(named), key=lambda e: (-named.count(e), e)) if named else None
+    if own is not None:
+        return compose_protocol(tag, task, conf_dir, own)
+    if not named:
+        return None
+    return named[min(named, key=lambda e: (-named[e][1], str(e)))][0]
 
 
 def reference_config(tag: str, task: str, configs: list[dict], conf_dir: Path = CONF_DIR,

@@ -7,6 +7,7 @@ import json
 
 from lra.identity import digest
 from results.__main__ import main as results_main
+from results.collect import collect
 from tests.results.records import write_record
 from tests.results.test_collect import section, table_cells
 
@@ -45,3 +46,14 @@ def test_one_data_for_every_run_changes_nothing(tmp_path):
     assert "## tag `default · data" not in markdown
     cells = table_cells(section(markdown, "default").split("Runs (wall time")[0])
     assert cells["softmax"]["listops"].strip("*").startswith("32.00 ± 2.83 (n=2")
+
+
+def test_your_runs_never_outvote_the_committed_ones_on_which_data_is_usual(tmp_path):
+    committed, yours = tmp_path / "results/runs", tmp_path / "outputs"
+    for seed in (0, 1):
+        on_data(write_record(committed, "listops", "softmax", seed, 0.30, tag="default"), "c" * 64)
+    for seed in (2, 3, 4):
+        on_data(write_record(yours, "listops", "softmax", seed, 0.50, tag="default"), "d" * 64)
+    long, _ = collect([committed, yours], committed=committed)
+    tags = long.drop_duplicates("path").set_index("seed")["tag"]
+    assert list(tags) == ["default"] * 2 + [f"default · data {splits_digest('d' * 64)} · yours"] * 3

@@ -211,6 +211,26 @@ def test_another_experiment_of_the_same_protocol_joins_the_tags_runs(tmp_path):
     assert problems == [] and set(long["tag"]) == {"default"}
 
 
+def test_records_older_than_the_experiment_field_keep_their_tag_beside_a_run_of_another_experiment(tmp_path, quick):
+    """Old `quick` records (no `experiment` field) are quick's protocol; a full-scale run filed as tag `quick`
+    (`experiment=""`) is the one apart."""
+    for seed in (0, 1):
+        protocol_record(tmp_path, quick, "softmax", seed, 0.30)
+    protocol_record(tmp_path, changed(compose_protocol("default", "listops"), tag="quick"), "softmax", 2, 0.40,
+                    experiment="")
+    long, _ = collect([tmp_path])
+    runs = long.drop_duplicates("path").set_index("seed")["tag"]
+    assert list(runs) == ["quick", "quick", "quick · experiment=none"]
+
+
+def test_the_tags_own_experiment_is_its_protocol_even_when_no_run_names_it(tmp_path, quick):
+    """Only `run.py experiment=quick tag=study_port` runs: not study_port's protocol, so not its section (which is
+    shown beside the Nystromformer port, with a delta)."""
+    protocol_record(tmp_path, changed(quick, tag="study_port"), "softmax", 0, 0.30, experiment="quick")
+    long, _ = collect([tmp_path])
+    assert set(long["tag"]) == {"study_port · experiment=quick"}
+
+
 def test_a_record_naming_no_experiment_is_checked_against_the_defaults(tmp_path, quick):
     default = compose_protocol("default", "listops")
     protocol_record(tmp_path, changed(default, tag="mine"), "softmax", 0, 0.40, experiment=None)
@@ -266,7 +286,7 @@ def test_your_runs_never_outvote_the_committed_ones_for_the_most_common_config(t
     for seed in (1, 2):
         protocol_record(yours, changed(foo, **{"task.optim.lr": 1e-4}), "softmax", seed, 0.20)
     long, _ = collect([committed, yours], committed=committed)
-    assert set(long["tag"]) == {"foo", "foo · yours"}
+    assert set(long["tag"]) == {"foo", "foo · task.optim.lr=0.0001 · yours"}  # checked against the committed run's
     assert set(long.loc[long["tag"] == "foo", "seed"]) == {0}
 
 
