@@ -172,7 +172,7 @@ def runs_table(long: pd.DataFrame, rules: pd.DataFrame | None = None) -> str:
         rows.append([md_text(run.attention), md_text(run.task), md_text(run.seed), test,
                      format_cell(100 * (best_val if stopped else metric.get("val_acc", math.nan))), *escape,
                      format_hours(run.wall_time_s), "" if pd.isna(run.tokens_per_s) else f"{run.tokens_per_s:,.0f}",
-                     md_text(run.device), md_text(str(run.git_sha or "")[:7])])
+                     md_text(run.device), md_text("" if pd.isna(run.git_sha) else str(run.git_sha)[:7])])
     for rule in ([] if rules is None else rules.itertuples()):
         rows.append([md_text(rule.rule), md_text(rule.task), "", format_cell(100 * rule.value),
                      format_cell(100 * rule.val), *([""] if with_escape else []), "", "", "", ""])

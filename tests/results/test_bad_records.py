@@ -47,6 +47,15 @@ def test_a_metric_written_as_null_was_not_measured_and_the_run_still_counts(tmp_
     assert "val_acc" not in set(long[long["seed"] == 1]["metric"])
 
 
+def test_a_run_that_records_no_commit_shows_a_blank_git_sha_not_nan(tmp_path):
+    write_record(tmp_path / "runs", "listops", "softmax", 0, 0.40, tag="default")
+    write_record(tmp_path / "runs", "listops", "softmax", 1, tag="default", status="interrupted", git_sha=None)
+    assert results_main([str(tmp_path / "runs"), "--out", str(tmp_path / "tables")]) == 0
+    row = next(line for line in (tmp_path / "tables/lra.md").read_text().splitlines()
+               if line.startswith("| softmax ") and "| listops |" in line and "|    1 |" in line)
+    assert row.split("|")[-2].strip() == "" and "nan" not in row  # the git sha column, last
+
+
 def analysis(root, name, **fields):
     path = write_analysis_record("ar_ablation", ROWS, keys=["setting", "method", "p"], config={}, started=time.time(),
                                  out_root=root / name)
