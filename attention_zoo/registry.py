@@ -111,12 +111,13 @@ def get(name: str) -> type[nn.Module]:
 
 def options(name: str) -> dict[str, object]:
     """Keyword options of ``name`` with their defaults (excluding head_dim, num_heads, max_len)."""
-    params = inspect.signature(get(name).__init__).parameters
-    return {
-        p.name: p.default
-        for p in params.values()
-        if p.kind is p.KEYWORD_ONLY and p.name not in _BUILD_ARGS
-    }
+    return _class_options(get(name))
+
+
+def _class_options(cls: type[nn.Module]) -> dict[str, object]:
+    """The keyword-only options of ``cls``'s constructor with their defaults (``inspect.Parameter.empty``: none)."""
+    params = inspect.signature(cls.__init__).parameters
+    return {p.name: p.default for p in params.values() if p.kind is p.KEYWORD_ONLY and p.name not in _BUILD_ARGS}
 
 
 @cache
@@ -202,9 +203,8 @@ def _declaration(name: str) -> tuple[dict[str, Any], dict[str, str]] | None:
     cls = _REGISTRY.get(name)
     if cls is None:
         return None
-    options = {p.name: NO_DEFAULT if p.default is p.empty else p.default
-               for p in inspect.signature(cls.__init__).parameters.values()
-               if p.kind is p.KEYWORD_ONLY and p.name not in _BUILD_ARGS}
+    options = {key: NO_DEFAULT if default is inspect.Parameter.empty else default
+               for key, default in _class_options(cls).items()}
     return options, dict(getattr(cls, "option_ranges", {}))
 
 
