@@ -79,13 +79,11 @@ def digest(value: Any, length: int = DIGEST_LENGTH) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:length]
 
 
-def compare(first: Mapping[str, Any], second: Mapping[str, Any],
-            implicit: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+def compare(first: Mapping[str, Any], second: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
     """``(key, first's value, second's value)`` for every key where two identities differ, by key; ``ABSENT`` for a
-    missing one. ``implicit``: settings added to ``conf/`` after one of them was written, with the value it used
-    without naming it (``lra.implicit.IMPLICIT``), on both sides (``lra.settings.Run.differences``)."""
-    old, new = {**implicit, **first}, {**implicit, **second}
-    pairs = [(key, old.get(key, ABSENT), new.get(key, ABSENT)) for key in sorted(old.keys() | new.keys())]
+    missing one, an ``ABSENT_AT`` key at that value (``lra.settings.Run.differences``)."""
+    first, second = {**ABSENT_AT, **first}, {**ABSENT_AT, **second}
+    pairs = [(key, first.get(key, ABSENT), second.get(key, ABSENT)) for key in sorted(first.keys() | second.keys())]
     return [(key, a, b) for key, a, b in pairs if a != b]
 
 

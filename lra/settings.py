@@ -27,7 +27,6 @@ from attention_zoo.registry import option_problem
 from lra_base.errors import UserError
 
 from . import checks, identity
-from .implicit import IMPLICIT
 from .setting_rules import (
     check_fields,
     check_missing,
@@ -257,9 +256,9 @@ class Run:
 
     def differences(self, other: Run) -> list[tuple[str, Any, Any]]:
         """``(key, this run's value, the other's)`` for every identity setting where the two differ, by key
-        (``lra.identity.ABSENT`` for a missing one); a setting added to ``conf/`` after one of them was written counts
-        at the value it ran with (``lra.implicit.IMPLICIT``)."""
-        return identity.compare(self.identity(), other.identity(), IMPLICIT)
+        (``lra.identity.ABSENT`` for a missing one). A run recorded before a setting existed is compared as
+        ``lra.run.record_compat.upgrade`` reads its config: at the value it ran with."""
+        return identity.compare(self.identity(), other.identity())
 
 
 def _section(schema: type, config: Mapping[str, Any]) -> Any:

@@ -8,7 +8,10 @@ A task module declares, as literals:
   every table's columns; None for a task that is not LRA's (``ar``);
 - ``AVERAGED``: whether the LRA average counts it (the five classic tasks; no model of the paper solved Path-X);
 - ``LENGTH_VARYING``: whether its sequences have many lengths, so that ``task.batching=length_grouped`` saves
-  padding (``lra.sampling``).
+  padding (``lra.sampling``);
+- optionally ``GENERATED_BEFORE``: for each ``task.data.generate`` option its generator gained after data folders
+  and runs were made, the value those were made with; a data folder's manifest (its data module) and an old record
+  or checkpoint (``lra.run.record_compat.upgrade``) that lack the option read it so. ``{}`` when left out.
 
 Its data folder is ``conf/task/<task>.yaml`` 's ``data.root`` (``<data_dir>/<task>/``), its name the module's.
 """
@@ -22,6 +25,7 @@ from typing import Any
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 FACTS = ("LRA_COLUMN", "AVERAGED", "LENGTH_VARYING")
+OPTIONAL_FACTS = {"GENERATED_BEFORE": {}}
 
 
 @cache
@@ -35,11 +39,11 @@ def task_facts(tasks_dir: Path = TASKS_DIR) -> dict[str, dict[str, Any]]:
         declared = {}
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                    and node.targets[0].id in FACTS:
+                    and node.targets[0].id in (*FACTS, *OPTIONAL_FACTS):
                 declared[node.targets[0].id] = ast.literal_eval(node.value)
         if missing := [fact for fact in FACTS if fact not in declared]:
             raise ValueError(f"{path}: a task module declares {', '.join(FACTS)}; it lacks {', '.join(missing)}")
-        found[path.stem] = declared
+        found[path.stem] = {**OPTIONAL_FACTS, **declared}
     column = {name: facts["LRA_COLUMN"] for name, facts in found.items()}
     order = sorted(found, key=lambda name: (column[name] is None, column[name] or 0, name))
     return {name: found[name] for name in order}
@@ -63,3 +67,8 @@ def averaged_tasks() -> tuple[str, ...]:
 def length_varying_tasks() -> tuple[str, ...]:
     """The tasks whose sequences have many lengths, in table order."""
     return tuple(name for name, facts in task_facts().items() if facts["LENGTH_VARYING"])
+
+
+def generated_before(task: str) -> dict[str, Any]:
+    """``GENERATED_BEFORE`` of ``task`` (``{}`` for a task this folder does not hold)."""
+    return dict(task_facts().get(task, {}).get("GENERATED_BEFORE", {}))

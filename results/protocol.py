@@ -21,7 +21,6 @@ from omegaconf.errors import OmegaConfBaseException
 
 from lra.config import CONF_DIR, compose, copied_settings
 from lra.identity import joined
-from lra.implicit import IMPLICIT
 from lra.run.record_compat import experiment_for, upgrade
 from results.markdown_text import md_code, md_text
 
@@ -100,11 +99,8 @@ def in_sections(key: str) -> bool:
 
 def protocol_view(config: dict) -> dict[str, object]:
     """The protocol-relevant settings as {"task.optim.lr": 0.0001, ...}: the run's identity in the protocol's
-    sections, a setting added later at the value the run used (``IMPLICIT``); null settings count as absent."""
-    view = {key: value for key, value in upgrade(config).identity().items() if in_sections(key)}
-    if view:  # a record with protocol settings
-        view = {**{key: value for key, value in IMPLICIT.items() if in_sections(key)}, **view}
-    return view
+    sections, a setting added later at the value the run used (``upgrade``); null settings count as absent."""
+    return {key: value for key, value in upgrade(config).identity().items() if in_sections(key)}
 
 
 def drift_pairs(config: dict, protocol: dict) -> list[tuple[str, object, object]]:

@@ -5,10 +5,11 @@ Today's layouts are declared in ``lra.run.record`` (``result.json``), ``data_pre
 holds one fixture per layout):
 
 - settings added to ``conf/`` after runs were recorded: a record or checkpoint that lacks one ran with its value in
-  ``lra.implicit.IMPLICIT`` (the settings layer's, which the run-identity comparison ``Run.differences`` reads
-  too): ``upgrade`` turns its config into today's ``lra.settings.Run`` with them, and the protocol check of
-  ``results`` reads it so; generator options added after data folders were made are filled in the same way for a
-  ``manifest.json`` (``lra.implicit.with_implicit``);
+  ``IMPLICIT``; a generator option a task gained after runs were made, with its value in the task's
+  ``GENERATED_BEFORE`` (``lra.task_facts``, which the task's data module reads for a data folder's ``manifest.json``
+  made before the option too): ``upgrade`` turns its config into today's ``lra.settings.Run`` with them, so the
+  run-identity comparison (``Run.differences``), a resumed run's check (``lra.run.same_run``) and the protocol check
+  of ``results`` compare it with today's configs as it ran;
 - records before the ``experiment`` field (before 56f4925): the tag named the experiment (``recorded_experiment``
   says a record is one, ``experiment_for`` finds its experiment);
 - the command spelling ``experiment=<name>/<task>`` (``old_experiment_spelling`` says how to write it now);
@@ -31,38 +32,31 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..implicit import IMPLICIT
-from ..setting_rules import schema_fields, section_schema
 from ..settings import Run
+from ..task_facts import generated_before
 from .record import DEFAULT_TAG, INTERRUPTED
 
 
+# a setting of conf/ that records from before it lack: the value they ran with (a later setting gets its line here)
+IMPLICIT = {"task.optim.schedule": "linear", "model.attention_dropout": 0.0, "task.batching": "random",
+            "task.batching_pool": 50, "task.micro_batches": 1, "flush_subnormals": False}
+
+
 def upgrade(config: Mapping[str, Any]) -> Run:
-    """Today's ``Run`` of a config that a record or checkpoint kept, of any age: a setting of the schema that it lacks
-    takes the value it ran with (``IMPLICIT``), or its default (``Run.read``). Not checked: the run happened. The
-    generator options of a data folder are the data modules' to read (``with_implicit``)."""
+    """Today's ``Run`` of a config that a record or checkpoint kept, of any age: a setting that it lacks takes the
+    value it ran with (``IMPLICIT``; a generator option, its task's ``GENERATED_BEFORE``), or its default
+    (``Run.read``). Not checked: the run happened."""
     filled = copy.deepcopy(dict(config))
-    for key, value in IMPLICIT.items():
+    task = filled.get("task") if isinstance(filled.get("task"), dict) else {}
+    generator = {f"task.data.generate.{name}": value for name, value in generated_before(str(task.get("name"))).items()}
+    for key, value in {**IMPLICIT, **generator}.items():
         *sections, name = key.split(".")
         node: Any = filled
         for part in sections:
             node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict) and name not in node and in_schema(key):
+        if isinstance(node, dict) and name not in node:
             node[name] = value
     return Run.read(filled)
-
-
-def in_schema(key: str) -> bool:
-    """Whether the dotted ``key`` is a setting ``lra.settings`` declares (not a task's or generator's own key)."""
-    *sections, name = key.split(".")
-    schema: type | None = Run
-    for part in sections:
-        declared = schema_fields(schema).get(part)
-        schema = section_schema(declared[1]) if declared else None
-        if schema is None:
-            return False
-    return name in schema_fields(schema)
-
 
 
 def upgrade_checkpoint(checkpoint: dict[str, Any]) -> dict[str, Any]:

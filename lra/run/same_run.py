@@ -6,7 +6,7 @@ A folder holds a run through its completed ``result.json`` (its ``config``) or, 
 ``Run.differences``: a resume under another learning rate, model size or trainer limit, and a completed record
 answered for other settings (``tag=quick`` without ``experiment=quick``), become one error naming the differing keys
 and the two ways out. Checkpoints and records
-written before a setting existed compare with the value they used implicitly (``lra.implicit.IMPLICIT``).
+written before a setting existed compare at the value they ran with (``upgrade``).
 The data counts too, though ``data_dir`` does not: a folder's checkpoint and record keep the checksums of the split
 files it trained on (``lra.data_identity``), and a command whose data folder holds other examples is refused the
 same way (``data: <trained on> -> <now>``), so a resume never trains on a mix of two data sets.

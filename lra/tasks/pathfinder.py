@@ -10,12 +10,12 @@ import logging
 from data_prep import pathfinder as generator
 
 from ..data import GeneratedDataModule
-from ..implicit import with_implicit
 from ..module import ClassificationModule
 
 LRA_COLUMN = 5  # its column in LRA's tables (lra.task_facts)
 AVERAGED = True  # in the LRA average
 LENGTH_VARYING = False  # every sequence has one length
+GENERATED_BEFORE = {"contour_length": 14}  # data and runs from before the option: the hard split (lra.task_facts)
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +25,6 @@ class DataModule(GeneratedDataModule):
     sequence has all W*W real tokens, so masks come from lengths (a black pixel is token 0, not padding)."""
 
     generator_task = "pathfinder"
-
-    def generate_options(self) -> dict:
-        return with_implicit(super().generate_options(), "task.data.generate")  # before contour_length: 14
 
     def rebuild_command(self) -> str:
         options = self.generate_options()
@@ -41,7 +38,7 @@ class DataModule(GeneratedDataModule):
                            workers=max(1, int(options.get("workers") or 1)), log=log.info)
 
     def stale_data_message(self, manifest: dict) -> str | None:
-        options, made = self.generate_options(), with_implicit(manifest["source"], "task.data.generate")
+        options, made = self.generate_options(), {**GENERATED_BEFORE, **manifest["source"]}
         if all(made.get(k) == options[k] for k in ("count", "seed", "contour_length")):
             return None
         return (f"{self.task_dir} holds images made by `{manifest.get('command')}`, but this config asks for "

@@ -11,10 +11,10 @@ import torch
 
 from lra import rng_state
 from lra.config import CONF_DIR
-from lra.implicit import IMPLICIT, with_implicit
 from lra.run.checkpoints import RunFolderCheckpointIO
-from lra.run.record_compat import experiment_for, recorded_experiment
+from lra.run.record_compat import IMPLICIT, experiment_for, recorded_experiment, upgrade
 from lra.settings import Run
+from lra.task_facts import generated_before
 from results.collect import collect
 from results.protocol import FROM_CONF, MOST_COMMON, compose_protocol
 from tests.results.records import write_record
@@ -107,9 +107,8 @@ def test_the_experiment_of_a_record_before_the_field_comes_from_its_tag(tmp_path
 def test_a_manifest_from_before_a_generator_option_was_made_with_its_implicit_value():
     from lra.tasks import listops, pathfinder
 
-    assert with_implicit({"seed": 0}, "task.data.generate") == {"seed": 0, "contour_length": 14,
-                                                                "close_brackets": True}
-    assert with_implicit({"close_brackets": False}, "task.data.generate")["close_brackets"] is False
+    assert generated_before("listops") == {"close_brackets": True} and generated_before("text") == {}
+    assert generated_before("pathfinder") == generated_before("pathx") == pathfinder.GENERATED_BEFORE
     sizes = {"train": 5, "val": 2, "test": 2}
     config = compose_protocol("default", "listops")
     config["task"]["data"]["generate"].update(sizes)
@@ -125,6 +124,23 @@ def test_a_manifest_from_before_a_generator_option_was_made_with_its_implicit_va
     assert pathfinder.DataModule(Run.parse(config)).stale_data_message(manifest) is None
     options["contour_length"] = 6
     assert "--contour-length 6" in pathfinder.DataModule(Run.parse(config)).stale_data_message(manifest)
+
+
+@pytest.mark.parametrize("task, option, before, other", [
+    ("listops", "close_brackets", True, False), ("pathfinder", "contour_length", 14, 6), ("pathx", "contour_length", 14, 9),
+])
+def test_an_old_run_without_a_generator_option_compares_as_made_by_its_task(task, option, before, other):
+    """``upgrade`` fills a generator option by the record's task: the run matches today's config at the value it was
+    made with, differs from another value, and no other task's option is added to it."""
+    today = compose_protocol("default", task)
+    old = copy.deepcopy(today)
+    del old["task"]["data"]["generate"][option]
+    assert upgrade(old).task.data.generate[option] == before
+    assert upgrade(old).differences(upgrade(today)) == []
+    today["task"]["data"]["generate"][option] = other
+    assert upgrade(old).differences(upgrade(today)) == [(f"task.data.generate.{option}", before, other)]
+    foreign = {"listops": "contour_length", "pathfinder": "close_brackets", "pathx": "close_brackets"}[task]
+    assert foreign not in upgrade(old).task.data.generate
 
 
 def test_a_checkpoint_of_older_code_read_by_the_run_restores_on_one_process(tmp_path):
