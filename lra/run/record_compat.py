@@ -36,7 +36,6 @@ from ..settings import Run
 from ..task_facts import generated_before
 from .record import DEFAULT_TAG, INTERRUPTED
 
-
 # a setting of conf/ that records from before it lack: the value they ran with (a later setting gets its line here)
 IMPLICIT = {"task.optim.schedule": "linear", "model.attention_dropout": 0.0, "task.batching": "random",
             "task.batching_pool": 50, "task.micro_batches": 1, "flush_subnormals": False}

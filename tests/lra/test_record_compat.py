@@ -127,7 +127,8 @@ def test_a_manifest_from_before_a_generator_option_was_made_with_its_implicit_va
 
 
 @pytest.mark.parametrize("task, option, before, other", [
-    ("listops", "close_brackets", True, False), ("pathfinder", "contour_length", 14, 6), ("pathx", "contour_length", 14, 9),
+    ("listops", "close_brackets", True, False), ("pathfinder", "contour_length", 14, 6),
+    ("pathx", "contour_length", 14, 9),
 ])
 def test_an_old_run_without_a_generator_option_compares_as_made_by_its_task(task, option, before, other):
     """``upgrade`` fills a generator option by the record's task: the run matches today's config at the value it was
