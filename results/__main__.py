@@ -119,7 +119,7 @@ def write_analyses(args: argparse.Namespace) -> dict[str, tuple[Path, dict]]:
         if name == MICROSCOPE:  # its own page: two parts and figures
             written = write_microscope_tables(record, args.out, path)
         else:
-            written = write_analysis_tables(name, record, args.out)
+            written = write_analysis_tables(name, record, args.out, path)
         if args.verbose:
             print(f"analysis {name} ({path}): wrote {', '.join(map(str, written))}", file=sys.stderr)
     if analyses and not args.verbose:

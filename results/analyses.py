@@ -93,13 +93,15 @@ def format_value(value) -> str:
     return f"{value:.3e}" if value != 0 and abs(value) < 1e-3 else f"{value:.4g}"
 
 
-def analysis_markdown(name: str, record: AnalysisRecord, table: pd.DataFrame) -> str:
-    """Title, provenance, the table, and the record's notes."""
+def analysis_markdown(name: str, record: AnalysisRecord, table: pd.DataFrame, path: Path) -> str:
+    """Title, provenance (which record at ``path``: the newest of the roots', committed or a user's), the table, and
+    the record's notes."""
     lines = [f"# Analysis `{name}`", ""]
     if record.get("published"):
         _, source = load_published(record["published"])
         lines.append(f"- `(published)`: {source.rstrip('.')}.")
-    lines.append(f"- git {record.get('git_sha')}, {record.get('wall_time_s')} s, finished {record.get('finished_at')}.")
+    lines.append(f"- git {record.get('git_sha')}, {record.get('wall_time_s')} s, finished {record.get('finished_at')}; "
+                 f"record `{path.as_posix()}`.")
     lines += ["", markdown_table(list(map(str, table.columns)),
                                  [[format_value(v) for v in row] for row in table.itertuples(index=False)])]
     if record.get("notes"):
@@ -107,10 +109,10 @@ def analysis_markdown(name: str, record: AnalysisRecord, table: pd.DataFrame) ->
     return "\n".join(lines) + "\n"
 
 
-def write_analysis_tables(name: str, record: AnalysisRecord, out: str | Path) -> list[Path]:
-    """Write ``<out>/<name>.csv`` and ``<out>/<name>.md``; return their paths."""
+def write_analysis_tables(name: str, record: AnalysisRecord, out: str | Path, path: Path) -> list[Path]:
+    """Write ``<out>/<name>.csv`` and ``<out>/<name>.md`` of the record at ``path``; return their paths."""
     table = analysis_table(record)
     out = Path(out)
     write_atomic(out / f"{name}.csv", table.to_csv(index=False))
-    write_atomic(out / f"{name}.md", analysis_markdown(name, record, table))
+    write_atomic(out / f"{name}.md", analysis_markdown(name, record, table, Path(path)))
     return [out / f"{name}.csv", out / f"{name}.md"]

@@ -59,6 +59,18 @@ def test_results_command_writes_analysis_tables_and_ignores_analysis_runs(tmp_pa
     assert (tmp_path / "tables" / "ar_ablation.csv").exists()
 
 
+def test_an_analysis_table_names_the_record_it_shows_the_newest_of_the_roots(tmp_path):
+    """A user's quick analysis in outputs/ replaces the committed one in their tables: the table says which it shows."""
+    committed = write(tmp_path / "committed")
+    record = json.loads(committed.read_text())
+    newer = tmp_path / "outputs" / "ar_ablation" / "result.json"
+    newer.parent.mkdir(parents=True)
+    newer.write_text(json.dumps({**record, "finished_at": "2999-01-01T00:00:00+00:00", "rows": ROWS[:1]}))
+    assert results_main([str(tmp_path / "committed"), str(tmp_path / "outputs"), "--out", str(tmp_path / "t")]) == 0
+    markdown = (tmp_path / "t" / "ar_ablation.md").read_text()
+    assert f"record `{newer.as_posix()}`" in markdown and "ours_only" not in markdown
+
+
 def test_ar_ablation_rows_share_the_llops_run_of_the_narrow_width_and_take_each_rows_best_lr(tmp_path):
     rows = ar_ablation.settings((64, 256), (64, 96), (2, 4))
     assert [(r["setting"], r["method"], r.get("m")) for r in rows] == [
