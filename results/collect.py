@@ -42,7 +42,7 @@ TASKS, CLASSIC_TASKS = lra_tasks(), averaged_tasks()  # table columns, the avera
 UNTAGGED = "untagged"
 COLUMNS = [
     "task", "attention", "seed", "tag", "status", "metric", "value",
-    "git_sha", "wall_time_s", "params", "tokens_per_s", "steps", "device", "machine", "protocol", "path",
+    "git_sha", "wall_time_s", "params", "tokens_per_s", "steps", "device", "machine", "protocol", "experiment", "path",
 ]
 SHORT = "short"  # status and problem kind of a record that says completed after fewer steps than it was to train
 

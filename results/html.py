@@ -21,6 +21,7 @@ from lra.run.record_compat import experiment_for
 from lra_base.atomic import write_atomic
 from results.collect import CLASSIC_TASKS, Problem
 from results.curves import plot_learning_curves
+from results.data_sections import is_data_part
 from results.html_runs import analyses_part, problems_list, read_configs, run_id, runs_part, short_id
 from results.html_template import Cell, esc, figure, inline, number, page, table, text
 from results.markdown import (
@@ -33,7 +34,16 @@ from results.markdown import (
     tag_notes,
 )
 from results.plots_extra import plot_accuracy_vs_length, plot_accuracy_vs_throughput, sequence_lengths
-from results.protocol import FROM_CONF, MOST_COMMON, UNCHECKED, protocol_notes
+from results.protocol import (
+    FROM_CONF,
+    MOST_COMMON,
+    SECTION_SEP,
+    UNCHECKED,
+    YOURS,
+    base_tag,
+    protocol_notes,
+    section_experiments,
+)
 from results.summary import (
     AVERAGE,
     REFERENCE_ROWS,
@@ -75,13 +85,7 @@ def protocol_html(tag: str, task: str, long: pd.DataFrame, frames: dict[str, pd.
     if task == AVERAGE:
         lines = [f"`{AVERAGE}`: the mean of this tag's {', '.join(CLASSIC_TASKS)} means, only when all five exist."]
     else:
-        experiment = experiment_for(tag)
-        if experiment is None:
-            lines = [f"Protocol: no experiment config for tag `{tag}` in `conf/`."]
-        elif experiment == "":
-            lines = [f"Protocol: `python run.py task={task}` (the repo's defaults: the PyTorch-port protocol)."]
-        else:
-            lines = [f"Protocol: `python run.py task={task} experiment={experiment}`."]
+        lines = [protocol_line(tag, task, long)]
         runs = long[(long["task"] == task) & (long["status"] == "completed")].drop_duplicates("path")
         counts = runs["protocol"].value_counts()
         lines += [f"{count} completed run(s) {CHECKED.get(kind, f'checked against {kind}')}."
@@ -94,6 +98,24 @@ def protocol_html(tag: str, task: str, long: pd.DataFrame, frames: dict[str, pd.
     if not shown:
         lines.append("No published table is shown beside this tag's runs.")
     return '<p class="protocol">' + " ".join(map(inline, lines)) + "</p>"
+
+
+def protocol_line(tag: str, task: str, long: pd.DataFrame) -> str:
+    """The command a section's runs of ``task`` follow: their experiment's, with the settings its heading names for a
+    section of runs that differ from it; for runs checked against the most common config, the tag has no config."""
+    of_task = long[long["task"] == task]
+    experiments = section_experiments(of_task, tag)
+    if len(experiments) != 1 or not (of_task["protocol"] == FROM_CONF).any():
+        experiment = experiment_for(base_tag(tag))
+        if experiment is None:
+            return f"Protocol: no experiment config for tag `{base_tag(tag)}` in `conf/`."
+        experiments = {experiment}
+    experiment = experiments.pop()
+    command = f"`python run.py task={task}" + (f" experiment={experiment}`" if experiment else
+                                               "` (the repo's defaults: the PyTorch-port protocol)")
+    named = [setting for part in tag.split(SECTION_SEP)[1:] if part != YOURS and not is_data_part(part)
+             for setting in part.split(", ") if not setting.startswith("experiment=")]
+    return f"Protocol: {command}" + (", with the settings the heading names." if named else ".")
 
 
 def run_links(runs: pd.DataFrame) -> Cell:
@@ -167,7 +189,8 @@ def tag_part(tag: str, summary: pd.DataFrame, wide: pd.DataFrame, long: pd.DataF
     runs = long[long["tag"] == tag]
     parts = [f'<h2 id="{short_id("tag", tag)}">tag <code>{esc(tag)}</code></h2>']
     steps = runs.loc[runs["status"] == "completed", "steps"] if "steps" in runs else []
-    notes = (tag_notes(tag, mine, steps) if not mine.empty else []) + protocol_notes(runs).get(tag, [])
+    experiments = section_experiments(long, tag)
+    notes = (tag_notes(tag, mine, steps, experiments) if not mine.empty else []) + protocol_notes(runs).get(tag, [])
     notes += list(shared or [])
     missing = [note for note in notes if note.startswith("Missing (no completed run)")]
     notes = [note for note in notes if note not in missing]

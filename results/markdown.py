@@ -12,7 +12,7 @@ from results.curves import RAN
 from results.data_sections import is_data_part
 from results.escapes import ESCAPE_AT, escape_steps
 from results.markdown_text import md_code, md_text
-from results.protocol import SECTION_SEP, YOURS, base_tag
+from results.protocol import SECTION_SEP, YOURS, base_tag, section_experiments
 from results.summary import (
     AVERAGE,
     PEER_CODE_BESIDE,
@@ -240,9 +240,15 @@ def steps_text(steps) -> str:
     return f"{span} steps"
 
 
-def tag_notes(tag: str, summary: pd.DataFrame, steps=()) -> list[str]:
+def quick_scale(tag: str, experiments: set[str] | None = None) -> bool:
+    """Whether a section's runs are ``experiment=quick``'s pipeline check: ``experiments`` its completed runs were
+    composed with (``results.protocol.section_experiments``), else its tag says so."""
+    return QUICK_TAG in experiments if experiments is not None else base_tag(tag) == QUICK_TAG
+
+
+def tag_notes(tag: str, summary: pd.DataFrame, steps=(), experiments: set[str] | None = None) -> list[str]:
     """Under one tag's table: a warning unless it is the full protocol, and the classic tasks not run; ``steps``
-    are the training steps its completed runs took."""
+    are the training steps its completed runs took, ``experiments`` the experiments they ran (``quick_scale``)."""
     lines = []
     if SECTION_SEP in tag:
         base, parts = base_tag(tag), tag.split(SECTION_SEP)[1:]
@@ -256,7 +262,7 @@ def tag_notes(tag: str, summary: pd.DataFrame, steps=()) -> list[str]:
         if tag.endswith(SECTION_SEP + YOURS):
             lines.append("Your runs (outside `results/runs/`): shown apart from the committed runs of this tag, "
                          "never averaged with them.")
-    if base_tag(tag) == QUICK_TAG:
+    if quick_scale(tag, experiments):
         took = steps_text(steps)
         lines.append(f"**Pipeline check at reduced scale** (short sequences{', ' + took if took else ''} on a CPU): "
                      "it shows that every attention trains, not how they rank; no published number is comparable.")
@@ -362,14 +368,15 @@ def to_markdown(summary: pd.DataFrame, problems: list[Problem], references: dict
         mine = summary[summary["tag"] == tag]
         parts += [f"## tag `{md_code(tag)}`", tag_table(tag, mine, references, published_rows)]
         steps = [] if long is None else long.loc[(long["tag"] == tag) & (long["status"] == "completed"), "steps"]
-        lines = tag_notes(tag, mine, steps) + (notes or {}).get(tag, []) + peer_code_notes(tag, summary)
+        experiments = None if long is None else section_experiments(long, tag)
+        lines = tag_notes(tag, mine, steps, experiments) + (notes or {}).get(tag, []) + peer_code_notes(tag, summary)
         lines += [f"`({label})`: {md_text(frame.attrs['notes'])}" for label, frame in references.items()
                   if shown_beside(tag, frame) and frame.attrs.get("notes") and tag in set(mine["tag"])]
         here = None if long is None else long[long["tag"] == tag]
         lines += [] if here is None else mixed_versions(here) + mixed_devices(here)
         if lines:
             parts.append("\n".join(f"- {line}" for line in lines))
-        if long is not None and base_tag(tag) != QUICK_TAG and (long["tag"] == tag).any():
+        if long is not None and not quick_scale(tag, experiments) and (long["tag"] == tag).any():
             ran = {(tag, task) for task in long.loc[(long["tag"] == tag) & long["status"].isin(RAN), "task"]}
             shown = None if rules is None or rules.empty else rules_of_sections(rules, ran)
             parts += ["Runs (wall time: training, validation and test, summed over resumed segments; tokens/s: "

@@ -36,6 +36,14 @@ def base_tag(tag: str) -> str:
     return str(tag).split(SECTION_SEP)[0]
 
 
+def section_experiments(long: pd.DataFrame, tag: str) -> set[str]:
+    """The experiments the completed runs of section ``tag`` were composed with ("" for none): each record's own
+    field, else (a record older than it) its tag's experiment (``experiment_for``)."""
+    done = long[(long["tag"] == tag) & (long["status"] == "completed")]
+    own = experiment_for(base_tag(tag)) or ""
+    return {value if isinstance(value, str) else own for value in done["experiment"]}
+
+
 def only_yours(tag: str) -> bool:
     """Whether a section differs from its tag's only by holding your runs (same protocol)."""
     return all(part == YOURS for part in str(tag).split(SECTION_SEP)[1:])

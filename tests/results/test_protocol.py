@@ -7,6 +7,7 @@ import pytest
 
 from lra.config import CONF_DIR, compose
 from results.collect import collect
+from results.html import protocol_line
 from results.markdown import shared_protocol_notes, to_markdown
 from results.protocol import (
     FROM_CONF,
@@ -22,6 +23,7 @@ from results.protocol import (
 )
 from results.summary import summarize
 from tests.results.records import write_record
+from tests.results.test_collect import section
 
 BASE = {
     "seed": 0, "tag": "quick", "data_dir": "data",
@@ -199,6 +201,14 @@ def test_another_experiment_under_a_tag_is_never_averaged_with_the_tags_own(tmp_
     assert summary.loc[("default · experiment=quick", "softmax"), "listops_mean"] == pytest.approx(30.0)
     assert summary.loc[("default · experiment=quick, task.max_steps=7", "softmax"), "listops_n"] == 1
     assert set(long.drop_duplicates("path")["protocol"]) == {FROM_CONF}
+    markdown = to_markdown(summarize(long), problems, {}, long=long)
+    assert "Pipeline check at reduced scale" in section(markdown, "default · experiment=quick")
+    assert "Pipeline check" not in section(markdown, "default")
+    line = protocol_line("default · experiment=quick", "listops", long)  # the HTML page's, once "no config for tag"
+    assert line == "Protocol: `python run.py task=listops experiment=quick`."
+    assert protocol_line("default · experiment=quick, task.max_steps=7", "listops", long) == \
+        "Protocol: `python run.py task=listops experiment=quick`, with the settings the heading names."
+    assert "the repo's defaults" in protocol_line("default", "listops", long)
 
 
 def test_another_experiment_of_the_same_protocol_joins_the_tags_runs(tmp_path):
@@ -221,6 +231,9 @@ def test_records_older_than_the_experiment_field_keep_their_tag_beside_a_run_of_
     long, _ = collect([tmp_path])
     runs = long.drop_duplicates("path").set_index("seed")["tag"]
     assert list(runs) == ["quick", "quick", "quick · experiment=none"]
+    markdown = to_markdown(summarize(long), [], {}, long=long)  # the old records: quick by their tag
+    assert "Pipeline check at reduced scale" in section(markdown, "quick")
+    assert "Pipeline check" not in section(markdown, "quick · experiment=none")  # a full-scale run
 
 
 def test_the_tags_own_experiment_is_its_protocol_even_when_no_run_names_it(tmp_path, quick):
