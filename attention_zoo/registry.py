@@ -195,6 +195,13 @@ def option_problem(name: str, given: dict[str, Any]) -> str | None:
     return None
 
 
+def declared_options(name: str) -> dict[str, Any] | None:
+    """The options ``name`` takes, with their defaults, read without torch (an outside mechanism's from its registered
+    class); None for an unknown name."""
+    found = _declaration(name)
+    return None if found is None else found[0]
+
+
 def _declaration(name: str) -> tuple[dict[str, Any], dict[str, str]] | None:
     """``(options with defaults, option_ranges)`` of ``name``: the package's from the source, an outside mechanism's
     from its registered class (no mechanism of the package is loaded for it); None for an unknown name."""

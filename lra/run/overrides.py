@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from attention_zoo.registry import declared_options
 from lra_base.errors import UserError
 
 from ..config import CONF_DIR, compose
@@ -202,11 +203,14 @@ def _missing_key(key: str, config: dict[str, Any]) -> str | None:
             continue
         if not node:  # a mapping that takes keys only with + (hydra.job.env_set)
             return f"{where} has no keys; add one with +{key}=..."
+        if where == "attention" and (unlisted := _unlisted_option(node, part)) is not None:
+            return unlisted
         extra = lightning_trainer_arguments() if where == "trainer" else ()
         if part in extra:
             return (f"trainer has no key {part!r} (conf/trainer does not set this Lightning Trainer argument); "
                     f"add it with +{key}=...")
-        candidates = dict.fromkeys([*map(str, node), *OPTIONAL_KEYS.get(where, ()), *extra])
+        takes = (declared_options(str(node.get("name"))) or {}) if where == "attention" else {}
+        candidates = dict.fromkeys([*map(str, node), *OPTIONAL_KEYS.get(where, ()), *extra, *takes])
         close = difflib.get_close_matches(part, list(candidates), n=3, cutoff=0.6)
         prefix = f"{where}." if where else ""
         guess = f"did you mean {' or '.join(prefix + c for c in close)}? " if close else ""
@@ -214,6 +218,17 @@ def _missing_key(key: str, config: dict[str, Any]) -> str | None:
         return (f"{where or 'the config'} has no key {part!r}; {guess}Valid keys under {where or 'the config'}: "
                 f"{', '.join(sorted(map(str, node)))} (+{key}=... {why})")
     return None
+
+
+def _unlisted_option(attention: dict[str, Any], option: str) -> str | None:
+    """The fix for an option the mechanism takes that its ``conf/attention`` yaml does not list (Hydra adds a key only
+    with ``+``); None when the mechanism has no such option."""
+    name = str(attention.get("name"))
+    options = declared_options(name) or {}
+    if option not in options:
+        return None
+    return (f"attention has no key {option!r}: {name}'s yaml does not list it, though {name} takes it "
+            f"(default {options[option]!r}); set it with +attention.{option}=...")
 
 
 @functools.cache

@@ -14,7 +14,7 @@ from lra.config import CONF_DIR
 from lra.run.overrides import unknown_override
 from lra.settings import Run
 from lra_base.errors import UserError
-from tests.lra.conftest import ROOT, compose_config, torchless_env
+from tests.lra.conftest import CONF, ROOT, compose_config, compose_run, torchless_env
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -74,6 +74,19 @@ def test_a_declared_range_is_what_the_constructor_refuses():
 ])
 def test_a_key_the_config_lacks_names_the_closest_keys_not_the_plus_spelling(argv, message):
     assert message in unknown_override(argv)
+
+
+def test_an_option_the_mechanism_takes_but_its_yaml_omits_is_named_with_the_plus_spelling():
+    """llops takes chunk_size (its causal prefix-sum chunk) though conf/attention/llops.yaml does not list it: the
+    refusal says so and how to set it, not that nothing reads it; a misspelling finds it; +attention.chunk_size runs."""
+    yaml = (CONF / "attention" / "llops.yaml").read_text()
+    assert "chunk_size" in declared()["llops"][0] and "chunk_size" not in yaml
+    message = unknown_override(["attention=llops", "attention.chunk_size=128"])
+    assert message == ("attention.chunk_size=128: attention has no key 'chunk_size': llops's yaml does not list it, "
+                       "though llops takes it (default 256); set it with +attention.chunk_size=...")
+    assert "did you mean attention.chunk_size?" in unknown_override(["attention=llops", "attention.chunk_sise=1"])
+    assert unknown_override(["attention=llops", "+attention.chunk_size=128"]) is None
+    assert compose_run(["attention=llops", "+attention.chunk_size=128"]).attention.options["chunk_size"] == 128
 
 
 @pytest.mark.parametrize("argv", [["task.max_steps=10"], ["task.causal=true"], ["+task.max_step=1"],
