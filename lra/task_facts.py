@@ -38,9 +38,10 @@ def task_facts(tasks_dir: Path = TASKS_DIR) -> dict[str, dict[str, Any]]:
             continue
         declared = {}
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                    and node.targets[0].id in (*FACTS, *OPTIONAL_FACTS):
-                declared[node.targets[0].id] = ast.literal_eval(node.value)
+            target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
+                node.target if isinstance(node, ast.AnnAssign) and node.value is not None else None
+            if isinstance(target, ast.Name) and target.id in (*FACTS, *OPTIONAL_FACTS):
+                declared[target.id] = ast.literal_eval(node.value)
         if missing := [fact for fact in FACTS if fact not in declared]:
             raise ValueError(f"{path}: a task module declares {', '.join(FACTS)}; it lacks {', '.join(missing)}")
         found[path.stem] = {**OPTIONAL_FACTS, **declared}

@@ -37,7 +37,7 @@ from results.markdown import shared_protocol_notes, to_markdown
 from results.microscope import NAME as MICROSCOPE
 from results.microscope import write_microscope_tables
 from results.plots import write_plots
-from results.protocol import base_tag, protocol_notes, shared_protocols
+from results.protocol import base_tag, protocol_notes, run_experiment, shared_protocols
 from results.report import left_out_lines, select_tag, summary_lines
 from results.rules import read_rules, split_spread_note
 from results.summary import (
@@ -111,6 +111,13 @@ def split_notes(found: tuple[Path, dict] | None, rules: pd.DataFrame, long: pd.D
     return {tag: note for tag, data in zip(shown["tag"], shown["test_data"]) if note and test and data == test}
 
 
+def runs_table(long: pd.DataFrame) -> pd.DataFrame:
+    """``runs.csv``: the long table, each run's experiment resolved (``run_experiment``; ``none`` for the repo's
+    defaults, blank when unknown)."""
+    shown = [run_experiment(value, tag) for value, tag in zip(long["experiment"], long["tag"], strict=True)]
+    return long.assign(experiment=[None if e is None else e or "none" for e in shown])
+
+
 def write_analyses(args: argparse.Namespace) -> dict[str, tuple[Path, dict]]:
     """Write each analysis record's tables and name them in one line on stderr (one line each, naming the files,
     with ``--verbose``)."""
@@ -155,7 +162,7 @@ def write_tables(args: argparse.Namespace, long: pd.DataFrame, problems: list,
         notes.setdefault(tag, []).append(line)
     markdown = to_markdown(summary, problems, references, args.published_rows, notes, long, rules)
     out = Path(args.out)
-    write_atomic(out / "runs.csv", long.to_csv(index=False))
+    write_atomic(out / "runs.csv", runs_table(long).to_csv(index=False))
     write_atomic(out / "lra.csv", add_published(summary, frames).to_csv(index=False, float_format="%.4f"))
     write_atomic(out / "lra.md", markdown)
     write_atomic(out / "lra.tex", to_latex(summary, references))

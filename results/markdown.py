@@ -12,7 +12,7 @@ from results.curves import RAN
 from results.data_sections import is_data_part
 from results.escapes import ESCAPE_AT, escape_steps
 from results.markdown_text import md_code, md_text
-from results.protocol import SECTION_SEP, YOURS, base_tag, section_experiments
+from results.protocol import SECTION_SEP, YOURS, base_tag, quick_scale, section_experiments
 from results.summary import (
     AVERAGE,
     PEER_CODE_BESIDE,
@@ -23,8 +23,6 @@ from results.summary import (
     rules_of_sections,
     shown_beside,
 )
-
-QUICK_TAG = "quick"  # a pipeline check: its section gets no runs table
 
 
 def format_cell(mean, std=math.nan, n=None, escaped=None) -> str:
@@ -238,12 +236,6 @@ def steps_text(steps) -> str:
         return ""
     span = f"{known[0]:,}" if len(known) == 1 else f"{known[0]:,}-{known[-1]:,}"
     return f"{span} steps"
-
-
-def quick_scale(tag: str, experiments: set[str] | None = None) -> bool:
-    """Whether a section's runs are ``experiment=quick``'s pipeline check: ``experiments`` its completed runs were
-    composed with (``results.protocol.section_experiments``), else its tag says so."""
-    return QUICK_TAG in experiments if experiments is not None else base_tag(tag) == QUICK_TAG
 
 
 def tag_notes(tag: str, summary: pd.DataFrame, steps=(), experiments: set[str] | None = None) -> list[str]:

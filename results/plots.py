@@ -19,7 +19,7 @@ from results.curves import plot_curves_across_tags, plot_learning_curves  # noqa
 from results.escapes import ESCAPE_AT  # noqa: E402
 from results.plot_style import attention_legend, attention_style, plain, scatter_attention  # noqa: E402
 from results.plots_extra import scatter_by_task  # noqa: E402
-from results.protocol import base_tag  # noqa: E402
+from results.protocol import quick_scale, section_experiments  # noqa: E402
 from results.summary import MAJORITY, is_reference, task_order  # noqa: E402
 
 # characters of a name part kept as they are: with `lra_`, `_curves_by_tag.png` and the atomic writer's
@@ -109,7 +109,8 @@ def write_plots(summary: pd.DataFrame, long: pd.DataFrame, out: Path) -> list[Pa
         paths += [accuracy, timing]
         if plot_learning_curves(long[long["tag"] == tag], curves):
             paths.append(curves)
-    protocol_scale = long[long["tag"].map(base_tag) != "quick"]
+    full = {tag for tag in long["tag"].unique() if not quick_scale(tag, section_experiments(long, tag))}
+    protocol_scale = long[long["tag"].isin(full)]
     for task in sorted(protocol_scale["task"].unique()):
         path = out / figure_name(task, "curves_by_tag")
         if plot_curves_across_tags(protocol_scale, task, path, ESCAPE_AT.get(task)):

@@ -28,6 +28,7 @@ SECTIONS = ("task", "model", "trainer")
 SHOWN_DIFFERENCES = 6
 # a section of runs apart from their tag's: "<tag> · <settings that differ from its protocol>" and/or "· yours"
 SECTION_SEP, YOURS = " · ", "yours"
+QUICK = "quick"  # the pipeline check's experiment: its sections say so and get no runs table
 FROM_CONF, MOST_COMMON, UNCHECKED = "conf", "most common", "unchecked"
 
 
@@ -36,12 +37,22 @@ def base_tag(tag: str) -> str:
     return str(tag).split(SECTION_SEP)[0]
 
 
+def run_experiment(recorded: object, tag: str) -> str | None:
+    """The experiment a run was composed with ("" for none): its record's field, else (a record older than it) its
+    tag's (``experiment_for``); None when unknown."""
+    return recorded if isinstance(recorded, str) else experiment_for(base_tag(tag))
+
+
 def section_experiments(long: pd.DataFrame, tag: str) -> set[str]:
-    """The experiments the completed runs of section ``tag`` were composed with ("" for none): each record's own
-    field, else (a record older than it) its tag's experiment (``experiment_for``)."""
+    """The known experiments the completed runs of section ``tag`` were composed with ("" for none)."""
     done = long[(long["tag"] == tag) & (long["status"] == "completed")]
-    own = experiment_for(base_tag(tag)) or ""
-    return {value if isinstance(value, str) else own for value in done["experiment"]}
+    return {found for value in done["experiment"] if (found := run_experiment(value, tag)) is not None}
+
+
+def quick_scale(tag: str, experiments: set[str] | None = None) -> bool:
+    """Whether a section's runs are ``experiment=quick``'s pipeline check: ``experiments`` its completed runs were
+    composed with (``section_experiments``), else (none given, or none completed) its tag says so."""
+    return QUICK in experiments if experiments else base_tag(tag) == QUICK
 
 
 def only_yours(tag: str) -> bool:

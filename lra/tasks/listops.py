@@ -9,6 +9,7 @@ from data_prep import listops as generator
 
 from ..data import GeneratedDataModule
 from ..module import ClassificationModule
+from ..task_facts import generated_before
 
 LRA_COLUMN = 1  # its column in LRA's tables (lra.task_facts)
 AVERAGED = True  # in the LRA average
@@ -28,7 +29,8 @@ class DataModule(GeneratedDataModule):
         generator.generate(self.root, **self.generate_options(), log=log.info)
 
     def stale_data_message(self, manifest: dict) -> str | None:
-        made = {**GENERATED_BEFORE, **manifest["source"], **{k: v["count"] for k, v in manifest["splits"].items()}}
+        made = {**generated_before(self.task.name), **manifest["source"],
+                **{k: v["count"] for k, v in manifest["splits"].items()}}
         differ = [f"task.data.generate.{k}={v} (the data has {made.get(k, 'none')})"
                   for k, v in self.generate_options().items() if made.get(k) != v]
         if not differ:

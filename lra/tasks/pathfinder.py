@@ -11,6 +11,7 @@ from data_prep import pathfinder as generator
 
 from ..data import GeneratedDataModule
 from ..module import ClassificationModule
+from ..task_facts import generated_before
 
 LRA_COLUMN = 5  # its column in LRA's tables (lra.task_facts)
 AVERAGED = True  # in the LRA average
@@ -26,6 +27,9 @@ class DataModule(GeneratedDataModule):
 
     generator_task = "pathfinder"
 
+    def generate_options(self) -> dict:
+        return {**generated_before(self.task.name), **super().generate_options()}  # without one: made before it
+
     def rebuild_command(self) -> str:
         options = self.generate_options()
         return generator.generate_command(self.generator_task, self.root, options["count"], options["seed"],
@@ -38,7 +42,7 @@ class DataModule(GeneratedDataModule):
                            workers=max(1, int(options.get("workers") or 1)), log=log.info)
 
     def stale_data_message(self, manifest: dict) -> str | None:
-        options, made = self.generate_options(), {**GENERATED_BEFORE, **manifest["source"]}
+        options, made = self.generate_options(), {**generated_before(self.task.name), **manifest["source"]}
         if all(made.get(k) == options[k] for k in ("count", "seed", "contour_length")):
             return None
         return (f"{self.task_dir} holds images made by `{manifest.get('command')}`, but this config asks for "

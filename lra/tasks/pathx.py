@@ -9,7 +9,7 @@ from . import pathfinder
 LRA_COLUMN = 6  # its column in LRA's tables (lra.task_facts)
 AVERAGED = False  # left out of the LRA average: no model of the paper solved it
 LENGTH_VARYING = False  # every sequence has one length
-GENERATED_BEFORE = {"contour_length": 14}  # runs from before the option: the hard split, as Pathfinder's
+GENERATED_BEFORE = {"contour_length": 14}  # data and runs from before the option: the hard split (lra.task_facts)
 
 
 class DataModule(pathfinder.DataModule):

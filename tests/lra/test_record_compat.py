@@ -124,6 +124,11 @@ def test_a_manifest_from_before_a_generator_option_was_made_with_its_implicit_va
     assert pathfinder.DataModule(Run.parse(config)).stale_data_message(manifest) is None
     options["contour_length"] = 6
     assert "--contour-length 6" in pathfinder.DataModule(Run.parse(config)).stale_data_message(manifest)
+    del options["contour_length"]  # a config without the option (~task.data.generate.contour_length): the hard split
+    module = pathfinder.DataModule(Run.parse(config))
+    assert module.generate_options()["contour_length"] == 14 and module.stale_data_message(manifest) is None
+    assert module.rebuild_command() == pathfinder.DataModule(Run.parse(compose_protocol("default", "pathfinder"))) \
+        .rebuild_command()
 
 
 @pytest.mark.parametrize("task, option, before, other", [

@@ -80,6 +80,16 @@ def test_an_old_record_becomes_todays_run_at_the_values_it_ran_with():
     assert "contour_length" not in old.task.data.generate  # a generator's option: the data module's to read
 
 
+def test_a_task_fact_may_be_annotated_and_an_optional_one_left_out(tmp_path):
+    (tmp_path / "mine.py").write_text('LRA_COLUMN: int | None = None\nAVERAGED = False\nLENGTH_VARYING: bool = True\n'
+                                      'GENERATED_BEFORE: dict = {"sharp": True}\n')
+    (tmp_path / "plain.py").write_text("LRA_COLUMN = None\nAVERAGED = False\nLENGTH_VARYING = False\n")
+    facts = task_facts.__wrapped__(tmp_path)
+    assert facts["mine"] == {"LRA_COLUMN": None, "AVERAGED": False, "LENGTH_VARYING": True,
+                             "GENERATED_BEFORE": {"sharp": True}}
+    assert facts["plain"]["GENERATED_BEFORE"] == {}
+
+
 def test_every_task_declares_its_facts_in_its_module():
     facts = task_facts()
     assert sorted(facts) == TASKS

@@ -6,6 +6,7 @@ import shutil
 import pytest
 
 from lra.config import CONF_DIR, compose
+from results.__main__ import runs_table
 from results.collect import collect
 from results.html import protocol_line
 from results.markdown import shared_protocol_notes, to_markdown
@@ -234,6 +235,15 @@ def test_records_older_than_the_experiment_field_keep_their_tag_beside_a_run_of_
     markdown = to_markdown(summarize(long), [], {}, long=long)  # the old records: quick by their tag
     assert "Pipeline check at reduced scale" in section(markdown, "quick")
     assert "Pipeline check" not in section(markdown, "quick · experiment=none")  # a full-scale run
+    assert list(runs_table(long).drop_duplicates("path")["experiment"]) == ["quick", "quick", "none"]
+
+
+def test_a_quick_section_of_failed_runs_only_is_still_a_pipeline_check(tmp_path, quick):
+    protocol_record(tmp_path, quick, "softmax", 0, None, status="failed", experiment="quick")
+    long, problems = collect([tmp_path])
+    markdown = to_markdown(summarize(long), problems, {}, long=long)
+    quick_section = section(markdown, "quick")
+    assert "Pipeline check at reduced scale" in quick_section and "Runs (" not in quick_section
 
 
 def test_the_tags_own_experiment_is_its_protocol_even_when_no_run_names_it(tmp_path, quick):
