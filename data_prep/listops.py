@@ -278,13 +278,15 @@ def import_tsv(source_dir: Path, out: Path, *, log: Callable[[str], None] = prin
             raise fail(path, "official ListOps file is missing", command)
     task_dir = Path(out) / TASK
     with staged_task_dir(task_dir) as stage:
-        entries = {}
+        entries, brackets = {}, False
         for split, path in paths.items():
             sequences, labels = read_tsv(path, command)
             require_examples(split, labels.size, path, command)
             entries[split] = write_split(stage, split, sequences, labels, len(VOCAB))
+            brackets = brackets or any((sequence == END_ID).any() for sequence in sequences)
             log(f"listops: imported {labels.size} {split} trees from {path}")
-        source = {"import": "LRA release TSV", "path": str(source_dir.resolve())}
+        # close_brackets: whether the files keep their "]" tokens (the release's do), as the generator's option says
+        source = {"import": "LRA release TSV", "path": str(source_dir.resolve()), "close_brackets": brackets}
         write_manifest(stage, task=TASK, vocab=VOCAB, num_classes=NUM_CLASSES, splits=entries, source=source,
                        command=command)
     log(f"listops: wrote {task_dir}")

@@ -22,6 +22,7 @@ from lra_base.atomic import atomic_output
 
 RELEASE_FOLDERS = {32: "pathfinder32", 128: "pathfinder128"}
 HARD = "curv_contour_length_14"
+RELEASE_CONTOURS = {"curv_baseline": 6, "curv_contour_length_9": 9, HARD: 14}  # the release's folders: contour length
 IMAGE_LIMIT = 1 << 20  # bytes per PNG; the release's 128x128 images are a few KB each
 METADATA_LIMIT = 64 << 20  # bytes per metadata file: about a million 60-byte lines, far more than a release file
 

@@ -108,9 +108,21 @@ class CompactDataModule(pl.LightningDataModule):
 
     def manifest(self) -> dict[str, Any]:
         try:
-            return load_manifest(self.task_dir, rebuild_cmd=self.rebuild_command())
+            manifest = load_manifest(self.task_dir, rebuild_cmd=self.rebuild_command())
         except DataError as err:
             raise UserError(str(err)) from None
+        if manifest["task"] != self.task.name:  # a copied or renamed folder: another task's examples
+            raise UserError(f"{manifest_path(self.task_dir)} holds {manifest['task']} data, not {self.task.name}: "
+                            f"point task.data.root elsewhere, or make this task's with: {self.rebuild_command()}")
+        return manifest
+
+    def refuse_cut_examples(self, what: str) -> None:
+        """An import that cut each example to fewer bytes than ``task.max_len`` (its ``max_length``) is refused: the
+        model would see shorter examples than the protocol's, without a word."""
+        stored = self.manifest()["source"].get("max_length", 0)
+        if stored and stored < self.task.max_len:
+            raise UserError(f"{self.task_dir} holds {what} cut to {stored} bytes but task.max_len is "
+                            f"{self.task.max_len}. Convert them again with: {self.rebuild_command()}")
 
     def data_identity(self) -> dict[str, Any] | None:
         """Which data this module reads: its manifest's split checksums (``lra.data_identity``), kept in the run's
@@ -301,14 +313,21 @@ class GeneratedDataModule(CompactDataModule):
     def stale_data_message(self, manifest: dict[str, Any]) -> str | None:
         raise NotImplementedError
 
+    def imported_data_message(self, manifest: dict[str, Any]) -> str | None:
+        """How imported data (the release's files) differs from what ``task.data.generate`` asks for, in the options
+        that shape the examples; None when it does not."""
+        return None
+
     def prepare_data(self) -> None:
         if manifest_path(self.task_dir).is_file():
             manifest = self.manifest()
-            if "import" not in manifest["source"] and (message := self.stale_data_message(manifest)):
+            check = self.imported_data_message if "import" in manifest["source"] else self.stale_data_message
+            if message := check(manifest):
                 raise UserError(message)
             return
         task = self.task.name
-        if (official := official_root(self.root)) is not None:  # generated data never lands among official splits
+        official = official_root(self.root) or (self.root if self.root.name == OFFICIAL_DIR else None)
+        if official is not None:  # generated data never lands among official splits, fetched yet or not
             inside = "" if official == self.root else f", inside {official}"
             raise UserError(f"no {task} data under {self.task_dir}{inside}: a folder of the LRA release's official "
                             f"splits (python -m data_prep fetch), where no data is generated. Fetch this task's with: "

@@ -40,5 +40,15 @@ class DataModule(GeneratedDataModule):
                 f"regenerate it with: {self.rebuild_command()}")
 
 
+    def imported_data_message(self, manifest: dict) -> str | None:
+        kept = manifest["source"].get("close_brackets")  # recorded by imports since 2026-12-06
+        asked = self.generate_options()["close_brackets"]
+        if kept is None or kept == asked:
+            return None
+        return (f"{self.task_dir} holds imported ListOps {'with' if kept else 'without'} its \"]\" tokens, but this "
+                f"config asks for task.data.generate.close_brackets={asked}: point task.data.root at data made "
+                f"{'without' if kept else 'with'} them, or set close_brackets={kept}")
+
+
 class LitModule(ClassificationModule):
     """ListOps uses the shared single-sequence classifier unchanged."""

@@ -55,6 +55,10 @@ class DataModule(CompactDataModule):
     def missing_data_message(self) -> str:
         return missing_source_message(self.task_dir, converter.SOURCE_HELP, self.rebuild_command())
 
+    def prepare_data(self) -> None:
+        super().prepare_data()
+        self.refuse_cut_examples("documents")
+
     def setup(self, stage: str | None = None) -> None:
         super().setup(stage)
         for split, data in self.data.items():

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from data_prep import text as converter
-from lra_base.errors import UserError
 
 from ..data import CompactDataModule, missing_source_message
 from ..module import ClassificationModule
@@ -25,10 +24,7 @@ class DataModule(CompactDataModule):
 
     def prepare_data(self) -> None:
         super().prepare_data()
-        stored = self.manifest()["source"].get("max_length", 0)
-        if stored and stored < self.task.max_len:
-            raise UserError(f"{self.task_dir} holds reviews cut to {stored} bytes but task.max_len is "
-                            f"{self.task.max_len}. Convert them again with: {self.rebuild_command()}")
+        self.refuse_cut_examples("reviews")
 
 
 class LitModule(ClassificationModule):

@@ -110,3 +110,39 @@ def test_file_mirror_without_ranges(files, tmp_path, monkeypatch):
     pin(monkeypatch, files)
     assert cli(["fetch", "image", "--out", str(tmp_path / "data"), "--mirror", mirror.as_uri()]) == 0
     assert (tmp_path / "data" / "image" / "manifest.json").is_file()
+
+
+@pytest.mark.parametrize("task, override, message", [
+    ("listops", "task.data.generate.close_brackets=false", 'holds imported ListOps with its "]" tokens'),
+    ("pathfinder", "task.data.generate.contour_length=6", "holds the LRA release's contour-length-14 images"),
+])
+def test_fetched_data_refuses_a_generator_option_it_was_not_made_with(task, override, message, fetched):
+    """Before, the release's hard Pathfinder trained as contour_length=6 (and its ListOps as bracket-free) silently,
+    the record filed under the option the data does not have."""
+    from lra.build import task_module
+    from lra_base.errors import UserError
+    from tests.lra.conftest import compose_run
+
+    root = fetched[0] / "official"
+    assert json.loads((root / "listops" / "manifest.json").read_text())["source"]["close_brackets"] is True
+    task_module(task).DataModule(compose_run([f"task={task}", f"data_dir={root}"])).prepare_data()  # as made
+    with pytest.raises(UserError, match=message):
+        task_module(task).DataModule(compose_run([f"task={task}", f"data_dir={root}", override])).prepare_data()
+
+
+def test_an_official_folder_gets_no_generated_data_before_or_after_a_fetch(files, tmp_path, monkeypatch, capsys):
+    """run.py with data_dir=<out>/official before any fetch generated ListOps there, and fetch then took it for the
+    release ("already prepared")."""
+    from data_prep import listops
+    from lra.tasks.listops import DataModule
+    from lra_base.errors import UserError
+    from tests.lra.conftest import compose_run
+
+    official = tmp_path / "data" / "official"
+    with pytest.raises(UserError, match="a folder of the LRA release's official splits"):
+        DataModule(compose_run(["task=listops", f"data_dir={official}"])).prepare_data()
+    assert not official.exists()
+    listops.generate(official, train=20, val=4, test=4, min_length=5, max_length=40, log=lambda _: None)
+    pin(monkeypatch, files)
+    assert cli(["fetch", "listops", "--out", str(tmp_path / "data"), "--mirror", closed_port_url()]) == 2
+    assert "holds generated listops data, not the release's official split" in capsys.readouterr().err

@@ -3,6 +3,8 @@ fixed evaluation subsets, the quick presets and the lra_original experiments."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from lra.settings import Run
@@ -68,9 +70,18 @@ def test_missing_data_message_names_files_source_and_command(task, needs, tmp_pa
     assert str(tmp_path / task) in message and all(word in message for word in needs)
 
 
-def test_text_refuses_data_cut_shorter_than_max_len(data_root):
-    module = text_task.DataModule(config("text", data_root, "task.max_len=8192"))
-    with pytest.raises(UserError, match="cut to 4096 bytes but task.max_len is 8192.*--max-length 8192"):
+@pytest.mark.parametrize("task,stored", [("text", 4096), ("retrieval", 4000)])
+def test_data_cut_shorter_than_max_len_is_refused(task, stored, data_root):
+    """Retrieval had no such check: documents imported at --max-length 4000 trained silently cut at max_len 8192."""
+    module = TASKS[task].DataModule(config(task, data_root, "task.max_len=8192"))
+    with pytest.raises(UserError, match=f"cut to {stored} bytes but task.max_len is 8192.*--max-length 8192"):
+        module.prepare_data()
+
+
+def test_a_folder_of_another_task_is_refused(data_root, tmp_path):
+    shutil.copytree(data_root / "image", tmp_path / "text")  # copied or renamed by hand
+    module = text_task.DataModule(config("text", tmp_path))
+    with pytest.raises(UserError, match=r"manifest.json holds image data, not text: point task.data.root"):
         module.prepare_data()
 
 
