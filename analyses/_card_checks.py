@@ -170,7 +170,7 @@ def one_real_token(s: Subject) -> Outcome:
     mask[1, : SHORT // 2] = True
     error, name, gradient_error = oracle_pair(s, s.make(), mask)
     ok = error <= OUTPUT_BOUND and math.isfinite(gradient_error)
-    return Outcome(verdict(ok), error, "relative RMSE",
+    return Outcome(verdict(ok), error, "output relative RMSE",
                    f"a row of one real token beside a half-padded one, vs the oracle (bound {OUTPUT_BOUND:g}); "
                    f"gradients {'finite' if math.isfinite(gradient_error) else f'not finite ({name})'}")
 
@@ -189,7 +189,7 @@ def padding_invariance(s: Subject) -> Outcome:
     error = relative_rmse(ref, out[:, :, :SHORT])
     name, gradient_error = worst({n: (ref_grads[n], grads[n][:, :, :SHORT]) for n in tensors})
     ok = error <= OUTPUT_BOUND and gradient_error <= GRADIENT_BOUND
-    return Outcome(verdict(ok), error, "relative RMSE",
+    return Outcome(verdict(ok), error, "output relative RMSE",
                    f"real outputs with {PADS} garbage pads appended vs none, n = {SHORT} (bound {OUTPUT_BOUND:g}); "
                    f"worst real gradient ({name}) {gradient_error:.2e} (bound {GRADIENT_BOUND:g})")
 
@@ -230,7 +230,7 @@ def causal_oracle(s: Subject) -> Outcome:
         return refused
     error, name, gradient_error = oracle_pair(s, s.make(causal=True), half_padded(2, SHORT))
     ok = error <= OUTPUT_BOUND and gradient_error <= GRADIENT_BOUND
-    return Outcome(verdict(ok), error, "relative RMSE",
+    return Outcome(verdict(ok), error, "output relative RMSE",
                    f"causal=True vs the causally masked oracle, n = {SHORT} (bound {OUTPUT_BOUND:g}); worst "
                    f"gradient ({name}) {gradient_error:.2e} (bound {GRADIENT_BOUND:g})")
 
@@ -254,7 +254,7 @@ def causal_leakage(s: Subject) -> Outcome:
     scale = max(float(grads[name][:, :, :CUT + 1].abs().max()) for name in tensors)
     gradient_leak = leak / scale if scale > 0 else (0.0 if leak == 0 else math.inf)
     ok = error <= LEAK_BOUND and gradient_leak <= LEAK_BOUND
-    return Outcome(verdict(ok), error, "relative RMSE",
+    return Outcome(verdict(ok), error, "output relative RMSE",
                    f"outputs at tokens <= {CUT} when every later token is replaced (bound {LEAK_BOUND:g}); largest "
                    f"gradient of a later input from those outputs {gradient_leak:.2e} of the earlier ones' "
                    f"(bound {LEAK_BOUND:g})")
@@ -307,7 +307,7 @@ def low_precision(s: Subject, n: int, device: str, dtype: torch.dtype) -> Outcom
         name, gradient_error = max((name, gradient_error), this, key=lambda pair: pair[1])
     ok = bad == 0 and error <= bound and gradient_error <= bound
     label = str(dtype).removeprefix("torch.")
-    return Outcome(verdict(ok), error, "relative RMSE vs fp32",
+    return Outcome(verdict(ok), error, "output relative RMSE vs fp32",
                    f"{label} autocast on {device} at n = {n:,}, inputs of scale 1 and 3: {bad} non-finite values; "
                    f"worst gradient ({name}) {gradient_error:.2e}; bound {bound:.2g} ({LOW_PRECISION_ROUNDINGS} "
                    f"roundings of {label})")

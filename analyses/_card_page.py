@@ -74,13 +74,14 @@ def headline(rows: list[dict[str, Any]], shown: str) -> list[str]:
 
 
 def page(label: str, shown: str, rows: list[dict[str, Any]], table_md: Path, figures: list[Path], args,
-         seconds: float) -> str:
-    """The card's markdown: ``label`` names the card, ``shown`` the attention in its rows."""
-    options = [*(["--quick"] if args.quick else []), *(["--seeds", str(args.seeds)] if args.seeds > 1 else []),
-               *(["--baseline", args.baseline] if args.baseline else [])]
-    command = shlex.join(["python", "-m", "analyses.report_card", *args.overrides, *options])
+         options: list[str], seconds: float) -> str:
+    """The card's markdown: ``label`` names the card, ``shown`` the attention in its rows; ``options``: those that
+    make it other than the full card (``report_card.card_options``)."""
+    baseline = ["--baseline", args.baseline] if args.baseline else []
+    command = shlex.join(["python", "-m", "analyses.report_card", *args.overrides, *options, *baseline])
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    which = "the --quick card" if args.quick else "the full card"
+    which = "the full card" if not options else "the --quick card" if options == ["--quick"] else \
+        f"not the full card: {' '.join(options)}"
     lines = [f"# Report card: `{label}`", "",
              f"`{command}` ({which}): git {git_sha(REPO)}, {when}, {seconds / 60:.1f} min on "
              f"{cpu_model(read_cpuinfo())}.", "", "## Verdict", "", *headline(rows, shown), ""]

@@ -22,6 +22,9 @@ results`` for its table (``<tables>/report_card_<NAME>.{md,csv}``) and writes th
 ``<tables>/report_cards/<NAME>.md`` with its figures (tables: ``outputs/tables``; ``--committed``:
 ``results/tables``, the record under ``results/runs/analyses/``). Exit 0 when every check passed or was skipped,
 1 when the card reports a failure, 2 for a bad request (an unknown attention: one line listing the valid names).
+``<NAME>`` is the attention's, with a digest of its ``attention.*`` words, and ``_quick`` or a digest of the other
+options that change what is measured (``--sections``, ``--long``, ``--seeds``, ...): a shorter or partial card has
+its own record and page, never the full card's.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from .record import ANALYSIS_ROOT, tabulate, write_analysis_record
 NAME = "report_card"
 SECTIONS = ("correctness", "cost", "learning")
 BASELINES = ("softmax", "linear")
+SCALE = ("quick", "seeds", "sections", "long", "lengths", "repeats", "device")  # options that change what is measured
 NOTES = [
     "verdict: pass or fail against the bound in detail; skipped with the reason; blank for a measurement.",
     "correctness: relative RMSE = rms(ref - out) / rms(ref) over real tokens (analyses/_card_checks.py); the "
@@ -86,21 +90,41 @@ def split_overrides(words: list[str]) -> tuple[str, list[str], list[str]]:
     names = [word.split("=", 1)[1] for word in words if word.startswith("attention=")]
     if len(names) != 1 or not names[0] or "," in names[0]:
         raise BadRequest("give exactly one attention=NAME (a card is for one mechanism; --baseline adds another)")
-    own = [word for word in words if word.startswith("attention.")]
-    rest = [word for word in words if not word.startswith(("attention=", "attention."))]
+    own = [word for word in words if word.lstrip("+").startswith("attention.")]  # +attention.X: an option the
+    rest = [word for word in words if word not in own and not word.startswith("attention=")]  # yaml leaves out
     return names[0], own, rest
 
 
-def card_label(name: str, own: list[str]) -> str:
-    """The attention's name, with a digest of its ``attention.*`` overrides when it has any (its own card)."""
-    return name if not own else f"{name}-{digest(sorted(own), 8)}"
+def card_label(name: str, own: list[str], options: list[str] = ()) -> str:
+    """The attention's name, with a digest of its ``attention.*`` overrides when it has any (its own card), and
+    ``_quick`` or a digest of the other ``options`` (``card_options``) when they make a card other than the full one,
+    so that a shorter or partial card never replaces it."""
+    label = name if not own else f"{name}-{digest(sorted(own), 8)}"
+    if not options:
+        return label
+    return f"{label}_quick" if list(options) == ["--quick"] else f"{label}_{digest(list(options), 8)}"
+
+
+def card_options(args: argparse.Namespace) -> list[str]:
+    """The options, as typed on the command line, in which ``args`` differ from the full card's (the defaults)."""
+    defaults, words = parse_args([]), []
+    for key in SCALE:
+        value = getattr(args, key)
+        if key == "sections":  # in the card's order, however typed
+            value = [section for section in SECTIONS if section in value]
+        if value == getattr(defaults, key):
+            continue
+        values = [] if value is True else list(value) if isinstance(value, list) else [value]
+        words += [f"--{key}", *map(str, values)]
+    return words
 
 
 def mechanisms(name: str, own: list[str], baseline: str | None) -> dict[str, list[str]]:
     """Display label -> overrides selecting it: the card's attention first, then the baselines (no repeats)."""
     import attention_zoo
 
-    chosen = {name + "".join(f",{word.removeprefix('attention.')}" for word in own): [f"attention={name}", *own]}
+    chosen = {name + "".join(f",{word.lstrip('+').removeprefix('attention.')}" for word in own):
+              [f"attention={name}", *own]}
     for other in (*BASELINES, *([baseline] if baseline else [])):
         try:
             attention_zoo.get(other)
@@ -181,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     except BadRequest as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    label, shown = card_label(name, own), next(iter(chosen))
+    options = card_options(args)
+    label, shown = card_label(name, own, options), next(iter(chosen))
     analysis = f"{NAME}_{label}"
     tables = Path(args.tables)
     rows, figures, notes = [], [], list(NOTES)
@@ -204,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     record = write_analysis_record(analysis, rows, keys=["section", "check", "attention", "n"], config=config,
                                    started=started, out_root=args.out_root, notes=notes)
     table_md = tabulate(analysis, record, tables)[1]
-    text = page(label, shown, rows, table_md, [f for f in figures if f is not None], args, time.time() - started)
+    text = page(label, shown, rows, table_md, [f for f in figures if f is not None], args, options,
+                time.time() - started)
     path = write_page(tables / "report_cards" / f"{label}.md", text)
     say(f"report_card: wrote {path} (record {record}, table {table_md})")
     print("\n".join(headline(rows, shown)))

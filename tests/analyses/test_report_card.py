@@ -83,6 +83,12 @@ def card(tmp_path: Path, *argv: str) -> tuple[int, list[dict], str]:
     return status, rows, pages[0].read_text() if pages else ""
 
 
+def label(*argv: str) -> str:
+    """The card's name for these words (``card_label``)."""
+    name, own, _ = report_card.split_overrides([word for word in argv if not word.startswith("-")] or ["attention=x"])
+    return report_card.card_label(name, own, report_card.card_options(report_card.parse_args(list(argv))))
+
+
 def by_check(rows: list[dict]) -> dict[str, dict]:
     return {row["check"]: row for row in rows if row["section"] == "correctness"}
 
@@ -128,9 +134,10 @@ def test_a_check_that_raises_is_that_checks_failure_and_the_card_is_still_writte
 
 def test_the_record_becomes_a_results_table_and_the_page_embeds_it(tmp_path, standin):
     card(tmp_path, f"attention={NAME}", standin, *FAST)
-    table = tmp_path / "tables" / f"report_card_{NAME}.md"
-    page = (tmp_path / "tables" / "report_cards" / f"{NAME}.md").read_text()
-    assert table.is_file() and (tmp_path / "tables" / f"report_card_{NAME}.csv").is_file()
+    shown = label(f"attention={NAME}", *FAST)
+    table = tmp_path / "tables" / f"report_card_{shown}.md"
+    page = (tmp_path / "tables" / "report_cards" / f"{shown}.md").read_text()
+    assert table.is_file() and (tmp_path / "tables" / f"report_card_{shown}.csv").is_file()
     assert table.read_text().split("\n", 1)[1].strip() in page  # the page's numbers are the tabulated ones
     rebuilt = tmp_path / "rebuilt"
     assert results_main([str(tmp_path / "records"), "--out", str(rebuilt)]) == 0
@@ -138,7 +145,7 @@ def test_the_record_becomes_a_results_table_and_the_page_embeds_it(tmp_path, sta
     write_record(tmp_path / "records", "listops", "linear", 0, 0.3, tag="quick")  # a page needs one run
     assert results_main([str(tmp_path / "records"), "--out", str(tmp_path / "tables"), "--html"]) == 0
     html = (tmp_path / "tables" / "index.html").read_text()
-    assert f'<a href="report_cards/{NAME}.md">' in html  # the page links the card
+    assert f'<a href="report_cards/{shown}.md">' in html  # the page links the card
     assert results_main([str(tmp_path / "records"), "--out", str(tmp_path / "no_card"), "--html"]) == 0
     assert 'href="report_cards/' not in (tmp_path / "no_card" / "index.html").read_text()  # no page, no link
 
@@ -160,7 +167,8 @@ def test_cost_measures_every_mechanism_beside_the_baselines_with_its_exponent(tm
     exponents = [r for r in rows if r["check"] == "time growth exponent"]
     assert [r["attention"] for r in exponents] == [NAME, "softmax", "linear", "llops"]
     assert all(r["value"] is not None for r in exponents)
-    assert (tmp_path / "tables" / "report_cards" / f"{NAME}_cost.png").is_file() and f"{NAME}_cost.png" in page
+    figure = f"{label(f'attention={NAME}', '--sections', 'cost', '--lengths', '32', '64', '--repeats', '1')}_cost.png"
+    assert (tmp_path / "tables" / "report_cards" / figure).is_file() and figure in page
 
 
 def test_the_growth_exponent_is_the_log_log_slope():
@@ -195,7 +203,8 @@ def test_learning_trains_once_and_the_next_card_reuses_the_runs(tmp_path, monkey
         ("ListOps quick, 2 steps", "linear"), ("ListOps quick, 2 steps", "softmax"),
         ("MQAR (task=ar), 2 steps", "linear"), ("MQAR (task=ar), 2 steps", "softmax")]
     assert all(r["value"] is not None and "reused 0 of 1" in r["detail"] and r["majority"] > 0 for r in rows)
-    assert (tmp_path / "tables" / "report_cards" / "linear_learning.png").is_file() and "majority class" in page
+    figure = f"{label('attention=linear', '--sections', 'learning', '--quick')}_learning.png"
+    assert (tmp_path / "tables" / "report_cards" / figure).is_file() and "majority class" in page
     assert (tmp_path / "outputs" / "ar" / "softmax" / "seed0").is_dir()
     status, rows, _ = card(tmp_path, "attention=linear", *tiny)
     assert status == 0 and all("reused 1 of 1" in r["detail"] for r in rows)
@@ -226,6 +235,27 @@ def test_the_card_composes_the_mechanism_as_the_model_does():
     with pytest.raises(report_card.BadRequest, match="degree"):
         report_card.composed(["attention=llops", "attention.degree=0"])
     assert report_card.card_label("llops", ["attention.degree=2"]).startswith("llops-")
+
+
+def test_a_quick_or_partial_card_never_takes_the_full_cards_name():
+    """Before, --quick or --sections correctness wrote report_card_llops over the full card (35 rows -> 11)."""
+    assert label("attention=llops") == "llops" == label("attention=llops", "--jobs", "1", "--baseline", "nystrom")
+    assert label("attention=llops", "--sections", "learning", "cost", "correctness") == "llops"  # any order
+    assert label("attention=llops", "--quick") == "llops_quick"
+    partial = {label("attention=llops", *words) for words in (["--sections", "correctness"], ["--long", "96"],
+                                                               ["--seeds", "3"], ["--device", "cuda"])}
+    assert len(partial) == 4 and not partial & {"llops", "llops_quick"}
+    assert report_card.card_options(report_card.parse_args(["attention=llops", "--long", "96", "--quick"])) == [
+        "--quick", "--long", "96"]  # the page's command shows them
+
+
+def test_an_option_the_yaml_leaves_out_is_the_cards_own():
+    """+attention.chunk_size=64 (the spelling run.py names for it) labels the card, and never reaches the baselines."""
+    name, own, rest = report_card.split_overrides(["attention=llops", "+attention.chunk_size=64", "seed=1"])
+    assert (name, own, rest) == ("llops", ["+attention.chunk_size=64"], ["seed=1"])
+    assert report_card.card_label(name, own) != "llops"
+    chosen = report_card.mechanisms(name, own, None)
+    assert list(chosen) == ["llops,chunk_size=64", "softmax", "linear"] and chosen["softmax"] == ["attention=softmax"]
     assert list(report_card.mechanisms("llops", ["attention.degree=2"], None)) == ["llops,degree=2", "softmax",
                                                                                     "linear"]
     assert list(report_card.mechanisms("linear", [], "linear")) == ["linear", "softmax"]
