@@ -11,8 +11,9 @@ committed runs stop instead of training them again.
 
 from __future__ import annotations
 
+import itertools
 import os
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -125,6 +126,13 @@ def _train_or_fail(run: Run, run_dir: str) -> RunRecord | dict[str, Any]:
 def train_all(jobs: dict[str, tuple[Run, Path]], workers: int) -> dict[str, RunRecord | dict[str, Any]]:
     """Every ``label: (config, run folder)`` reused or trained, ``workers`` at a time with one thread each."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {label: pool.submit(_train_or_fail, run, str(run_dir)) for label, (run, run_dir) in jobs.items()}
-        return {label: future.result() for label, future in futures.items()}
+    done: dict[str, RunRecord | dict[str, Any]] = {}
+    waiting, running = iter(jobs.items()), {}
+    with ProcessPoolExecutor(max_workers=workers) as pool:  # a run is handed to the pool only when a worker is free,
+        while True:  # so that after Ctrl-C no queued run starts (the running ones save their checkpoints and stop)
+            for label, (run, run_dir) in itertools.islice(waiting, workers - len(running)):
+                running[pool.submit(_train_or_fail, run, str(run_dir))] = label
+            if not running:
+                return {label: done[label] for label in jobs}
+            for future in wait(running, return_when=FIRST_COMPLETED).done:
+                done[running.pop(future)] = future.result()

@@ -81,3 +81,41 @@ def test_a_committed_copy_of_a_completed_run_is_reused_where_its_folder_is_empty
     assert _runs.reusable_record(cfg, run_dir) is None
     with pytest.raises(AssertionError, match="trained a run"):
         _runs.train_or_reuse(cfg, run_dir)
+
+
+def _slow_run(run, run_dir):  # a stand-in for one training run in a worker: a second, then its folder
+    import time
+    from pathlib import Path
+
+    time.sleep(1.0)
+    Path(run_dir).mkdir(parents=True)
+    return {"status": "completed"}
+
+
+def test_ctrl_c_while_runs_are_queued_starts_none_of_them(tmp_path, monkeypatch):
+    """Before, leaving the pool waited for every queued run: a card or ablation went on training after Ctrl-C."""
+    import os
+    import signal
+    import threading
+
+    monkeypatch.setattr(_runs, "_train_or_fail", _slow_run)  # the pool's workers fork after this
+    jobs = {f"run{i}": (None, tmp_path / f"run{i}") for i in range(4)}
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()  # this process only, not the workers
+    with pytest.raises(KeyboardInterrupt):
+        _runs.train_all(jobs, workers=1)
+    assert [path.name for path in sorted(tmp_path.iterdir())] == ["run0"]  # the running one ends; no other starts
+
+
+def _quick_run(run, run_dir):
+    from pathlib import Path
+
+    Path(run_dir).mkdir(parents=True)
+    return {"status": "completed", "run": run}
+
+
+def test_every_run_is_trained_once_and_returned_in_the_jobs_order(tmp_path, monkeypatch):
+    monkeypatch.setattr(_runs, "_train_or_fail", _quick_run)
+    jobs = {f"run{i}": (i, tmp_path / f"run{i}") for i in range(5)}
+    done = _runs.train_all(jobs, workers=2)
+    assert list(done) == list(jobs) and [record["run"] for record in done.values()] == list(range(5))
+    assert len(list(tmp_path.iterdir())) == 5
