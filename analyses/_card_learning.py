@@ -98,6 +98,8 @@ def learning_rows(jobs: dict[str, tuple[Run, Path]], records: dict[str, dict],
             parts.append("best val " + " / ".join(f"{100 * r['metrics']['val_acc']:.2f}" for r in done))
             parts.append(f"wall {sum(r.get('wall_time_s', 0) for r in done) / 60:.1f} min")
         parts.append(f"reused {sum(label in reused for label in labels)} of {len(labels)}")
+        if done:  # the code each number came from: a reused run may predate the mechanism's last change
+            parts.append("git " + " / ".join(str(r.get("git_sha") or "unknown")[:7] for r in done))
         parts.append(f"folder {jobs[labels[0]][1]}")
         parts += failed
         rows.append({"section": "learning", "check": f"{TITLES[task]}, {steps:,} steps", "attention": attention,

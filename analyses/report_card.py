@@ -170,14 +170,25 @@ def cost_section(chosen: dict[str, list[str]], rest: list[str], args, tables: Pa
     return rows, figure, _card_cost.setup(repeats, 1, args.device)
 
 
-def learning_section(chosen: dict[str, list[str]], rest: list[str], args, tables: Path, label: str):
-    """Learning rows and the figure's path."""
+def learning_plan(chosen: dict[str, list[str]], rest: list[str], args) -> dict:
+    """The training runs, checked before any section measures: a run folder that holds other settings (a changed
+    yaml) is a BadRequest naming it, not a traceback after the checks and timings."""
+    from lra_base.errors import UserError
+
     from ._runs import expected_minutes
 
     jobs = _card_learning.plan(chosen, args.seeds, args.quick, rest)
-    minutes, todo = expected_minutes(jobs, args.jobs)
+    try:
+        minutes, todo = expected_minutes(jobs, args.jobs)
+    except UserError as err:
+        raise BadRequest(str(err)) from None
     say(f"report_card: {len(jobs)} training runs ({len(jobs) - todo} reused), {args.jobs} at a time: expected "
         f"~{minutes:.0f} min")
+    return jobs
+
+
+def learning_section(jobs: dict, args, tables: Path, label: str):
+    """Learning rows and the figure's path."""
     records, reused = _card_learning.train(jobs, args.jobs)
     rows = _card_learning.learning_rows(jobs, records, reused)
     figure = tables / "report_cards" / f"{label}_learning.png"
@@ -202,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             raise BadRequest(str(err)) from None
         chosen = mechanisms(name, own, args.baseline)
         card_run = composed([f"attention={name}", *own, *shared(rest)])
+        jobs = learning_plan(chosen, rest, args) if "learning" in args.sections else {}
     except BadRequest as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -220,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         figures.append(figure)
         notes.append(how)
     if "learning" in args.sections:
-        learning_rows, figure = learning_section(chosen, rest, args, tables, label)
+        learning_rows, figure = learning_section(jobs, args, tables, label)
         rows += learning_rows
         figures.append(figure)
     config = {"attention": name, "overrides": args.overrides, "quick": args.quick, "seeds": args.seeds,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -192,7 +193,7 @@ def test_learning_runs_are_run_py_folders_so_the_committed_quick_runs_are_reused
     assert "task.max_steps=500" not in folder.name
 
 
-def test_learning_trains_once_and_the_next_card_reuses_the_runs(tmp_path, monkeypatch):
+def test_learning_trains_once_and_the_next_card_reuses_the_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     tiny = [f"data_dir={tmp_path / 'data'}", "task.max_steps=2", "task.eval_every=2", "model.dim=16",
             "model.ffn_dim=16", *(f"listops:{word}" for word in TINY), "ar:task.data.train=32", "ar:task.batch_size=8",
@@ -207,7 +208,15 @@ def test_learning_trains_once_and_the_next_card_reuses_the_runs(tmp_path, monkey
     assert (tmp_path / "tables" / "report_cards" / figure).is_file() and "majority class" in page
     assert (tmp_path / "outputs" / "ar" / "softmax" / "seed0").is_dir()
     status, rows, _ = card(tmp_path, "attention=linear", *tiny)
-    assert status == 0 and all("reused 1 of 1" in r["detail"] for r in rows)
+    assert status == 0 and all("reused 1 of 1" in r["detail"] and " git " in r["detail"] for r in rows)
+    held = next((tmp_path / "outputs" / "listops" / "linear" / "seed0").glob("*/result.json"))
+    record = json.loads(held.read_text())
+    record["config"]["attention"]["eps"] = 0.5  # the run of a yaml since changed
+    held.write_text(json.dumps(record))
+    shutil.rmtree(tmp_path / "records")
+    status, rows, _ = card(tmp_path, "attention=linear", *tiny, "--sections", "correctness", "learning")
+    err = capsys.readouterr().err
+    assert status == 2 and rows == [] and "error: " in err and "attention.eps" in err and "Traceback" not in err
 
 
 def test_the_verdict_says_what_failed_with_its_number():
