@@ -50,7 +50,7 @@ SCALE = ("quick", "seeds", "sections", "long", "lengths", "repeats", "device")  
 NOTES = [
     "verdict: pass or fail against the bound in detail; skipped with the reason; blank for a measurement.",
     "correctness: relative RMSE = rms(ref - out) / rms(ref) over real tokens (analyses/_card_checks.py); the "
-    "mechanism at its yaml options, eval mode, B 2-3, heads and head dim of the model (2 x 32).",
+    "mechanism at its yaml options, eval mode, B 2-3, heads and head dim of the model ({heads} x {head_dim}).",
     "learning: test accuracy (%) of the best-validation checkpoint; runs reused from their run.py folders.",
 ]
 
@@ -221,7 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     label, shown = card_label(name, own, options), next(iter(chosen))
     analysis = f"{NAME}_{label}"
     tables = Path(args.tables)
-    rows, figures, notes = [], [], list(NOTES)
+    model = card_run.model
+    sizes = {"heads": model.heads, "head_dim": (model.qkv_dim or model.dim) // model.heads}
+    rows, figures, notes = [], [], [note.format(**sizes) for note in NOTES]
     if "correctness" in args.sections:
         from ._card_checks import correctness_rows
 
