@@ -94,6 +94,7 @@ class CompactDataModule(pl.LightningDataModule):
         self.root = Path(self.task.data.root)
         self.task_dir = self.root / self.task.name
         self.data: dict[str, CompactSplit] = {}
+        self.loaded_identity: dict[str, Any] | None = None  # the splits' checksums as setup loaded them
 
     def rebuild_command(self) -> str:
         return f"python -m data_prep {self.task.name} --out {self.root}"
@@ -126,8 +127,9 @@ class CompactDataModule(pl.LightningDataModule):
 
     def data_identity(self) -> dict[str, Any] | None:
         """Which data this module reads: its manifest's split checksums (``lra.data_identity``), kept in the run's
-        checkpoints and record; None without a manifest (data made in memory)."""
-        return data_identity(self.task_dir)
+        checkpoints and record; None without a manifest (data made in memory). Once ``setup`` loaded the splits,
+        theirs: a folder written again later (another import) does not change what this run trained on."""
+        return self.loaded_identity if self.data else data_identity(self.task_dir)
 
     @property
     def vocab_size(self) -> int:
@@ -140,11 +142,18 @@ class CompactDataModule(pl.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.data:
             return
+        before = data_identity(self.task_dir)
         try:
             for split in self.splits:
                 self.data[split] = load_split(self.task_dir, split, rebuild_cmd=self.rebuild_command())
         except DataError as err:
+            self.data = {}
             raise UserError(str(err)) from None
+        if data_identity(self.task_dir) != before:  # each split is checked against the manifest as it loads
+            self.data = {}
+            raise UserError(f"{self.task_dir} was written again while its splits loaded (another data_prep or run): "
+                            f"its splits may come from two versions; run again once nothing writes it")
+        self.loaded_identity = before
         self.check_not_empty()
         for split, count in (self.task.data.limit or {}).items():
             if split not in self.data:
@@ -338,3 +347,5 @@ class GeneratedDataModule(CompactDataModule):
                  "then data_dir=%s)", task, self.task_dir, self.rebuild_command(),
                  fetch_command(task, self.root), self.root / OFFICIAL_DIR)
         self.generate()
+        if message := self.stale_data_message(self.manifest()):  # another process published other data meanwhile
+            raise UserError(message)

@@ -75,3 +75,35 @@ def test_a_completed_folder_is_not_answered_for_other_data(tiny_data_dir, other_
     with pytest.raises(UserError, match=r"holds a completed run of other data .*data: "):
         run(tiny(other_data_dir), tmp_path / "run")
     assert run(cfg, tmp_path / "run")["already_completed"]  # its own data: answered as before
+
+
+def test_the_data_a_run_loaded_is_its_identity_and_a_folder_written_while_loading_is_refused(tmp_path, monkeypatch):
+    """A folder imported again while a run trains no longer changes the identity its checkpoints keep, and splits
+    that come from two versions of a folder (another process published between two of them) are refused."""
+    from lra import data as data_module
+    from lra.tasks.listops import DataModule
+
+    root = tmp_path / "data"
+    sizes = dict(train=40, val=8, test=8, min_length=20, max_length=60)
+    first = generate(tmp_path / "a", **sizes, seed=1, fmt="tsv", log=lambda _: None)
+    import_tsv(first, root / "quick", log=lambda _: None)
+    other = generate(tmp_path / "b", **sizes, seed=2, fmt="tsv", log=lambda _: None)
+    module = DataModule(tiny(root))
+    module.setup()
+    loaded = module.data_identity()
+    import_tsv(other, root / "quick", log=lambda _: None)  # written again while the run trains
+    assert module.data_identity() == loaded != data_identity(module.task_dir)
+
+    load_split = data_module.load_split
+
+    def publish_after_the_first(task_dir, split, **kwargs):
+        loaded = load_split(task_dir, split, **kwargs)
+        if split == "train":
+            import_tsv(first, root / "quick", log=lambda _: None)  # the other version, between two splits
+        return loaded
+
+    monkeypatch.setattr(data_module, "load_split", publish_after_the_first)
+    fresh = DataModule(tiny(root))
+    with pytest.raises(UserError, match="was written again while its splits loaded"):
+        fresh.setup()
+    assert fresh.data == {}
