@@ -3,10 +3,11 @@
 A generator or importer writes ``OUT/<task>/`` through :func:`staged_task_dir`. Every file goes to a hidden staging
 folder beside the folder the data really lands in: where ``OUT/<task>`` leads when it (or a folder above it) is a
 symbolic link, so the staging folder is on the target's own file system. When the new data is complete (manifest
-written), the files of the old folder that it does not replace (a user's own, an old TSV export) are linked into the
-staging folder, and the complete folder takes the old one's place by two renames inside one folder: the old folder
-aside, the new one in; then the old one is removed. Until then the old data is untouched: an import that fails half
-way, on a bad line or a missing file, or a swap that the file system refuses, leaves it as it was and loadable.
+written), the files of the old folder that it does not replace (a user's own) are linked into the staging folder,
+but for those the writer names stale (ListOps' generator drops an older TSV export, which shows the older trees),
+and the complete folder takes the old one's place by two renames inside one folder: the old folder aside, the new
+one in; then the old one is removed. Until then the old data is untouched: an import that fails half way, on a bad
+line or a missing file, or a swap that the file system refuses, leaves it as it was and loadable.
 """
 
 from __future__ import annotations
@@ -38,10 +39,11 @@ def real_folder(task_dir: Path) -> Path:
 
 
 @contextlib.contextmanager
-def staged_task_dir(task_dir: Path) -> Iterator[Path]:
+def staged_task_dir(task_dir: Path, stale: tuple[str, ...] = ()) -> Iterator[Path]:
     """Yield an empty folder to write the task into; on success it replaces ``task_dir`` (where its link leads).
 
-    Files of ``task_dir`` that the new data does not replace are kept. ``PublishFailed`` when the swap fails.
+    Files of ``task_dir`` that the new data does not replace are kept, but for the names in ``stale``: files that
+    describe the old data (ListOps' TSV export). ``PublishFailed`` when the swap fails.
     """
     task_dir = Path(task_dir)
     target = real_folder(task_dir)
@@ -53,12 +55,12 @@ def staged_task_dir(task_dir: Path) -> Iterator[Path]:
     try:
         with holding(stage):  # while this process lives, its staging folder is not a leftover
             yield stage
-            publish(stage, target, shown=task_dir)
+            publish(stage, target, shown=task_dir, stale=stale)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
 
 
-def publish(stage: Path, target: Path, shown: Path | None = None) -> None:
+def publish(stage: Path, target: Path, shown: Path | None = None, stale: tuple[str, ...] = ()) -> None:
     """Make the complete folder ``stage`` the folder ``target`` (a sibling of it), keeping ``target``'s other files.
 
     ``shown`` is the name the user gave (``OUT/<task>``), used in messages."""
@@ -67,7 +69,7 @@ def publish(stage: Path, target: Path, shown: Path | None = None) -> None:
         raise RuntimeError(f"{stage}: no {MANIFEST_NAME} written; nothing is published")
     refuse_a_file(target, shown)
     if target.is_dir():
-        keep_unreplaced(target, stage)
+        keep_unreplaced(target, stage, stale)
         stage.chmod(stat.S_IMODE(target.stat().st_mode))
     else:
         stage.chmod(folder_mode())  # mkdtemp made it 0700
@@ -93,11 +95,12 @@ def describe(shown: Path, target: Path) -> str:
     return str(shown) if os.path.abspath(shown) == str(target) else f"{shown} (a link to {target})"
 
 
-def keep_unreplaced(old: Path, stage: Path) -> None:
-    """Link (or copy) into ``stage`` every entry of ``old`` that ``stage`` does not have; folders recursively."""
+def keep_unreplaced(old: Path, stage: Path, stale: tuple[str, ...] = ()) -> None:
+    """Link (or copy) into ``stage`` every entry of ``old`` that ``stage`` does not have, but the top-level names in
+    ``stale``; folders recursively."""
     for entry in os.scandir(old):
         new = stage / entry.name
-        if os.path.lexists(new):
+        if os.path.lexists(new) or entry.name in stale:
             continue
         if entry.is_symlink():
             os.symlink(os.readlink(entry.path), new)

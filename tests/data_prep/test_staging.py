@@ -123,6 +123,18 @@ def test_a_failure_before_the_swap_and_the_users_own_entries(old_data, tmp_path)
     assert (real / "notes.txt").read_text() == "mine" and hidden(tmp_path / "data", tmp_path / "elsewhere") == []
 
 
+def test_a_regeneration_drops_the_older_tsv_export_and_keeps_the_users_files(tmp_path):
+    """The TSVs (the ports' input) showed the older trees beside a manifest of the new ones; a user's file stays."""
+    assert data_prep_main([*listops(tmp_path, seed=0), "--format", "tsv"]) == 0
+    folder = tmp_path / "listops"
+    (folder / "notes.txt").write_text("mine")
+    assert data_prep_main([*listops(tmp_path, seed=1), "--no-close-brackets"]) == 0
+    assert not list(folder.glob("basic_*.tsv")) and (folder / "notes.txt").read_text() == "mine"
+    assert data_prep_main([*listops(tmp_path, seed=2), "--format", "tsv"]) == 0  # a new export is the new trees'
+    assert sorted(path.name for path in folder.glob("basic_*.tsv")) == ["basic_test.tsv", "basic_train.tsv",
+                                                                         "basic_val.tsv"]
+
+
 def test_a_file_where_the_folder_should_be_is_named(tmp_path, capsys):
     (tmp_path / "listops").write_text("not a folder")
     assert data_prep_main(listops(tmp_path, seed=0)) == 2
