@@ -180,8 +180,9 @@ def learning_plan(chosen: dict[str, list[str]], rest: list[str], args) -> dict:
     jobs = _card_learning.plan(chosen, args.seeds, args.quick, rest)
     try:
         minutes, todo = expected_minutes(jobs, args.jobs)
-    except UserError as err:
-        raise BadRequest(str(err)) from None
+    except UserError as err:  # rerun=true here would go to every mechanism's runs, the baselines' too
+        raise BadRequest(f"{err} (on the card, rerun=true retrains every mechanism's runs: move that folder aside "
+                         f"instead)") from None
     say(f"report_card: {len(jobs)} training runs ({len(jobs) - todo} reused), {args.jobs} at a time: expected "
         f"~{minutes:.0f} min")
     return jobs
