@@ -166,7 +166,7 @@ def compare(attention: str, port: tuple, batch: dict[str, Tensor], args) -> list
                 our_times[name].append(seconds)
     rows = []
     for name, overrides, *_ in ours:
-        row = {"mechanism": attention, "ours": name, "our_options": " ".join(overrides)}
+        row = {"mechanism": attention, "ours": name, "our_options": " ".join([*overrides, *args.overrides])}
         for i, kind in enumerate(("", "cpu_")):  # medians of wall, then CPU seconds
             port_s = statistics.median(t[i] for t in port_times)
             ours_s = statistics.median(t[i] for t in our_times[name])
@@ -175,6 +175,27 @@ def compare(attention: str, port: tuple, batch: dict[str, Tensor], args) -> list
         rows.append({**row, "port_accumulate": accumulate, "batch": len(batch["labels"]), "length": length,
                      "threads": torch.get_num_threads(), "steps": args.steps})
     return rows
+
+
+MEASURED_WITH = ("batch", "length", "steps", "threads")  # what the rows --merge puts side by side must share
+
+
+def unmergeable(path: Path, args: argparse.Namespace) -> str | None:
+    """Why the kept rows of ``path`` cannot stand beside this run's (measured with another batch, length, number of
+    steps or threads: one table would read as one measurement); None when they can."""
+    import pandas as pd
+
+    if not path.exists():
+        return None
+    kept = pd.read_csv(path, keep_default_na=False)
+    kept = kept[~kept.mechanism.isin(args.attentions)]
+    now = {"batch": args.batch, "length": args.length, "steps": args.steps, "threads": torch.get_num_threads()}
+    differ = [f"{key} {sorted(set(kept[key]))} -> {now[key]}" for key in MEASURED_WITH
+              if key in kept and (kept[key] != now[key]).any()]
+    if differ:
+        return (f"--merge would put rows measured with other settings beside this run's ({'; '.join(differ)}): "
+                f"measure every mechanism again without --merge, or with the kept rows' settings")
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out = BENCH.choose(parser, args)
     if args.length & (args.length - 1):
         parser.error("--length must be a power of two (the port pads ListOps to 2048)")
+    if args.merge and (problem := unmergeable(Path(args.out) / "port_step.csv", args)):
+        parser.error(problem)
     port = load_port(args.port_src)
     if not args.default_allocator:
         reuse_freed_memory()  # one process: the port's step gets the same allocator as ours

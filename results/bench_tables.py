@@ -136,7 +136,7 @@ def port_table(frame: pd.DataFrame) -> str:
     rows = [[r.mechanism, r.ours if pd.isna(r.our_options) else f"{r.ours}: {r.our_options}",
              _num(r.cpu_port_ms / 1e3, 2), _num(r.cpu_ours_ms / 1e3, 2), _num(r.cpu_ours_over_port, 2),
              _num(r.ours_over_port, 2)] for r in frame.itertuples()]
-    return markdown_table(["mechanism", "ours at", "port (s)", "ours (s)", "ours / port (CPU)",
+    return markdown_table(["mechanism", "ours at", "port, CPU (s)", "ours, CPU (s)", "ours / port (CPU)",
                            "ours / port (wall)"], rows)
 
 

@@ -115,3 +115,19 @@ def test_merge_replaces_only_the_remeasured_mechanisms(stand_in_port, tmp_path):
                                   before[before.mechanism == "nystrom"].reset_index(drop=True))
     assert port_step.main([*common, "--attentions", "softmax"]) == 0  # without --merge: only what was measured
     assert list(pd.read_csv(tmp_path / "port_step.csv").mechanism) == ["softmax"]
+
+
+def test_merge_refuses_rows_measured_otherwise_and_overrides_label_the_rows(stand_in_port, tmp_path, capsys):
+    """Before, --merge put rows of another batch or thread count beside the new ones as one table, and a row run
+    with model.dim=128 read as the config's."""
+    common = ["--port-src", str(stand_in_port), "--length", "16", "--steps", "1", "--warmup", "0",
+              "--out", str(tmp_path), "--checkpoint-ours"]
+    assert port_step.main([*common, "--batch", "2", "--attentions", "softmax", "nystrom"]) == 0
+    before = (tmp_path / "port_step.csv").read_bytes()
+    with pytest.raises(SystemExit):
+        port_step.main([*common, "--batch", "3", "--attentions", "softmax", "--merge"])
+    err = capsys.readouterr().err
+    assert "--merge would put rows measured with other settings" in err and "batch [2] -> 3" in err
+    assert (tmp_path / "port_step.csv").read_bytes() == before
+    assert port_step.main(["model.dropout=0.2", *common, "--batch", "2", "--attentions", "softmax"]) == 0
+    assert set(pd.read_csv(tmp_path / "port_step.csv").our_options) == {"model.dropout=0.2"}
