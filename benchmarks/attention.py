@@ -122,7 +122,7 @@ def add_ratios(rows: list[dict]) -> None:
             row[f"vs_{base}"] = row["fwd_bwd_s"] / ref["fwd_bwd_s"] if ref else float("nan")
 
 
-def plot(frame, path: Path, memory_label: str = "memory (MB)") -> None:
+def plot(frame, path: Path, memory_label: str = "memory (MiB)") -> None:
     """Log-log forward+backward time and memory against length, one line per attention."""
     import matplotlib
 
@@ -207,14 +207,14 @@ def main(argv=None) -> int:
             rows.append(measure(name, n, args, options.get(name, {}), device, rate))
             r = rows[-1]
             print(f"{name:>12} n={n:>6}: fwd {r['forward_s'] * 1e3:9.1f} ms  fwd+bwd {r['fwd_bwd_s'] * 1e3:9.1f} ms  "
-                  f"mem {r['memory_mb']:8.1f} MB  {r['matmul_fraction']:.2f} of matmul rate", flush=True)
+                  f"mem {r['memory_mb']:8.1f} MiB  {r['matmul_fraction']:.2f} of matmul rate", flush=True)
     add_ratios(rows)
     frame = pd.DataFrame(rows)
     out = Path(args.out)
     frame["allocator"] = allocator
     stem = ("fig2" if args.paper_fig2 else f"bench_{args.device}") + ("_reuse" if args.reuse_memory else "")
     write_atomic(out / f"{stem}.csv", frame.to_csv(index=False))
-    plot(frame, out / f"{stem}.png", "peak memory (MB)" if device.type == "cuda" else "saved for backward (MB)")
+    plot(frame, out / f"{stem}.png", "peak memory (MiB)" if device.type == "cuda" else "saved for backward (MiB)")
     show = ["attention", "length", "fwd_bwd_s", "vs_linear", "vs_softmax", "memory_mb", "matmul_fraction"]
     print(frame[show].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     print(f"wrote {out / (stem + '.csv')} and {out / (stem + '.png')}")
