@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from data_prep.compact import SPLITS, CompactSplit, DataError, load_manifest, load_split, manifest_path
-from data_prep.fetch_sources import OFFICIAL_DIR, fetch_command, official_root
+from data_prep.fetch_sources import fetch_command
 from lra_base.errors import UserError
 
 from .data_identity import data_identity
@@ -302,50 +302,3 @@ class CompactDataModule(pl.LightningDataModule):
     def example_length(cls, task: Task) -> int:
         """Tokens of a full-length example: ``task.max_len``."""
         return task.max_len
-
-
-class GeneratedDataModule(CompactDataModule):
-    """Data a ``data_prep`` generator makes locally from ``task.data.generate``: when the folder has a manifest
-    it must record data made with these options (imported official files are checked on load instead);
-    when it has none, the data is generated now.
-
-    Subclasses say how to generate (``generate``) and how stored data differs from what the config asks for
-    (``stale_data_message``, None when it does not).
-    """
-
-    def generate_options(self) -> dict:
-        return self.task.data.generate
-
-    def generate(self) -> None:
-        raise NotImplementedError
-
-    def stale_data_message(self, manifest: dict[str, Any]) -> str | None:
-        raise NotImplementedError
-
-    def imported_data_message(self, manifest: dict[str, Any]) -> str | None:
-        """How imported data (the release's files) differs from what ``task.data.generate`` asks for, in the options
-        that shape the examples; None when it does not."""
-        return None
-
-    def prepare_data(self) -> None:
-        if manifest_path(self.task_dir).is_file():
-            manifest = self.manifest()
-            check = self.imported_data_message if "import" in manifest["source"] else self.stale_data_message
-            if message := check(manifest):
-                raise UserError(message)
-            return
-        task = self.task.name
-        official = official_root(self.root) or (self.root if self.root.name == OFFICIAL_DIR else None)
-        if official is not None:  # generated data never lands among official splits, fetched yet or not
-            inside = "" if official == self.root else f", inside {official}"
-            raise UserError(f"no {task} data under {self.task_dir}{inside}: a folder of the LRA release's official "
-                            f"splits (python -m data_prep fetch), where no data is generated. Fetch this task's with: "
-                            f"{fetch_command(task, official.parent)} and run with data_dir={official} (no "
-                            f"experiment=quick, whose data_dir/quick holds generated data), or set data_dir to "
-                            f"generated data")
-        log.info("%s data not found under %s; generating it now (%s; the release's official split instead: %s, "
-                 "then data_dir=%s)", task, self.task_dir, self.rebuild_command(),
-                 fetch_command(task, self.root), self.root / OFFICIAL_DIR)
-        self.generate()
-        if message := self.stale_data_message(self.manifest()):  # another process published other data meanwhile
-            raise UserError(message)

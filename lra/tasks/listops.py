@@ -7,7 +7,7 @@ import logging
 
 from data_prep import listops as generator
 
-from ..data import GeneratedDataModule
+from ..generated_data import GeneratedDataModule
 from ..module import ClassificationModule
 from ..task_facts import generated_before
 
@@ -40,14 +40,8 @@ class DataModule(GeneratedDataModule):
                 f"regenerate it with: {self.rebuild_command()}")
 
 
-    def imported_data_message(self, manifest: dict) -> str | None:
-        kept = manifest["source"].get("close_brackets")  # recorded by imports since 2026-12-06
-        asked = self.generate_options()["close_brackets"]
-        if kept is None or kept == asked:
-            return None
-        return (f"{self.task_dir} holds imported ListOps {'with' if kept else 'without'} its \"]\" tokens, but this "
-                f"config asks for task.data.generate.close_brackets={asked}: point task.data.root at data made "
-                f"{'without' if kept else 'with'} them, or set close_brackets={kept}")
+    def imported_option(self, manifest: dict) -> tuple[str, bool | None]:
+        return "close_brackets", manifest["source"].get("close_brackets")  # recorded by imports since 2026-12-06
 
 
 class LitModule(ClassificationModule):

@@ -11,7 +11,7 @@ from pathlib import Path
 from data_prep import pathfinder as generator
 from data_prep.pathfinder_io import RELEASE_CONTOURS
 
-from ..data import GeneratedDataModule
+from ..generated_data import GeneratedDataModule
 from ..module import ClassificationModule
 from ..task_facts import generated_before
 
@@ -51,14 +51,8 @@ class DataModule(GeneratedDataModule):
                 f"`{self.rebuild_command()}`. Point task.data.root elsewhere or delete that folder.")
 
 
-    def imported_data_message(self, manifest: dict) -> str | None:
-        made = RELEASE_CONTOURS.get(Path(str(manifest["source"].get("path", ""))).name)  # the release's folder
-        asked = self.generate_options()["contour_length"]
-        if made is None or made == asked:
-            return None
-        return (f"{self.task_dir} holds the LRA release's contour-length-{made} images ({manifest['source']['path']}), "
-                f"but this config asks for task.data.generate.contour_length={asked}: point task.data.root at an "
-                f"import of that split, or set contour_length={made}")
+    def imported_option(self, manifest: dict) -> tuple[str, int | None]:
+        return "contour_length", RELEASE_CONTOURS.get(Path(str(manifest["source"].get("path", ""))).name)
 
 
 class LitModule(ClassificationModule):

@@ -113,8 +113,10 @@ def test_file_mirror_without_ranges(files, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("task, override, message", [
-    ("listops", "task.data.generate.close_brackets=false", 'holds imported ListOps with its "]" tokens'),
-    ("pathfinder", "task.data.generate.contour_length=6", "holds the LRA release's contour-length-14 images"),
+    ("listops", "task.data.generate.close_brackets=false",
+     "with task.data.generate.close_brackets=True, but this config asks for close_brackets=False"),
+    ("pathfinder", "task.data.generate.contour_length=6",
+     "with task.data.generate.contour_length=14, but this config asks for contour_length=6"),
 ])
 def test_fetched_data_refuses_a_generator_option_it_was_not_made_with(task, override, message, fetched):
     """Before, the release's hard Pathfinder trained as contour_length=6 (and its ListOps as bracket-free) silently,
