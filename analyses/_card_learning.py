@@ -100,7 +100,8 @@ def learning_rows(jobs: dict[str, tuple[Run, Path]], records: dict[str, dict],
         parts.append(f"reused {sum(label in reused for label in labels)} of {len(labels)}")
         if done:  # the code each number came from: a reused run may predate the mechanism's last change
             parts.append("git " + " / ".join(str(r.get("git_sha") or "unknown")[:7] for r in done))
-        parts.append(f"folder {jobs[labels[0]][1]}")
+        where = records[labels[0]].get("run_dir") or jobs[labels[0]][1]  # a reused committed run: its copy's
+        parts.append(f"folder {where}")
         parts += failed
         rows.append({"section": "learning", "check": f"{TITLES[task]}, {steps:,} steps", "attention": attention,
                      "n": "", "verdict": "fail" if failed else "", "value": statistics.fmean(tests) if tests else None,

@@ -268,3 +268,14 @@ def test_an_option_the_yaml_leaves_out_is_the_cards_own():
     assert list(report_card.mechanisms("llops", ["attention.degree=2"], None)) == ["llops,degree=2", "softmax",
                                                                                     "linear"]
     assert list(report_card.mechanisms("linear", [], "linear")) == ["linear", "softmax"]
+
+
+def test_a_learning_row_names_where_its_run_is_and_the_code_it_ran():
+    """A run reused from results/runs was shown as folder outputs/..., and no row said which commit trained it."""
+    jobs = _card_learning.plan({"softmax": ["attention=softmax"]}, 1, False, [])
+    record = {"status": "completed", "metrics": {"test_acc": 0.3, "val_acc": 0.31, "majority_acc": 0.17},
+              "wall_time_s": 60, "git_sha": "b3200bf0123", "run_dir": "results/runs/listops/softmax/seed0/quick"}
+    records = {label: record for label in jobs}
+    rows = _card_learning.learning_rows(jobs, records, set(jobs))
+    assert rows and all(f"folder {record['run_dir']}" in r["detail"] for r in rows)
+    assert all("git b3200bf" in r["detail"] for r in rows)
