@@ -77,8 +77,7 @@ def page(label: str, shown: str, rows: list[dict[str, Any]], table_md: Path, fig
          options: list[str], seconds: float) -> str:
     """The card's markdown: ``label`` names the card, ``shown`` the attention in its rows; ``options``: those that
     make it other than the full card (``report_card.card_options``)."""
-    baseline = ["--baseline", args.baseline] if args.baseline else []
-    command = shlex.join(["python", "-m", "analyses.report_card", *args.overrides, *options, *baseline])
+    command = shlex.join(["python", "-m", "analyses.report_card", *args.overrides, *options])
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     which = "the full card" if not options else "the --quick card" if options == ["--quick"] else \
         f"not the full card: {' '.join(options)}"

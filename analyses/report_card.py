@@ -23,8 +23,8 @@ results`` for its table (``<tables>/report_card_<NAME>.{md,csv}``) and writes th
 ``results/tables``, the record under ``results/runs/analyses/``). Exit 0 when every check passed or was skipped,
 1 when the card reports a failure, 2 for a bad request (an unknown attention: one line listing the valid names).
 ``<NAME>`` is the attention's, with a digest of its ``attention.*`` words, and ``_quick`` or a digest of the other
-options that change what is measured (``--sections``, ``--long``, ``--seeds``, ...): a shorter or partial card has
-its own record and page, never the full card's.
+options that change what is measured (``--sections``, ``--long``, ``--seeds``, ``--baseline``, ...): a shorter, partial
+or larger card has its own record and page, never the full card's.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from .record import ANALYSIS_ROOT, tabulate, write_analysis_record
 NAME = "report_card"
 SECTIONS = ("correctness", "cost", "learning")
 BASELINES = ("softmax", "linear")
-SCALE = ("quick", "seeds", "sections", "long", "lengths", "repeats", "device")  # options that change what is measured
+SCALE = ("quick", "seeds", "baseline", "sections", "long", "lengths", "repeats", "device")  # what changes the card
 NOTES = [
     "verdict: pass or fail against the bound in detail; skipped with the reason; blank for a measurement.",
     "correctness: relative RMSE = rms(ref - out) / rms(ref) over real tokens (analyses/_card_checks.py); the "

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import shlex
 import time
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep.compact import SPLITS, fail, require_examples, write_manifest, write_split
+from data_prep.compact import SPLITS, fail, manifest_path, require_examples, write_manifest, write_split
 from data_prep.listops_tsv import DIGIT_ID, END_ID, OP_ID, OPERATORS, VOCAB, read_tsv, write_tsv
 from data_prep.staging import staged_task_dir
 
@@ -226,8 +227,7 @@ def generate(
     if not close_brackets:
         tokens, offsets = without_close_brackets(tokens, offsets)
     task_dir = Path(out) / TASK
-    exports = tuple(f"basic_{split}.tsv" for split in SPLITS)  # an older export describes the older trees
-    with staged_task_dir(task_dir, stale=exports) as stage:
+    with staged_task_dir(task_dir, stale=generated_export(task_dir)) as stage:
         entries, first = {}, 0
         for split, count in sizes.items():
             last = first + count
@@ -240,6 +240,16 @@ def generate(
                        source=generator_source(rules, seed, drawn, close_brackets), command=command)
     log(f"listops: wrote {', '.join(f'{k} {v}' for k, v in sizes.items())} to {task_dir}")
     return task_dir
+
+
+def generated_export(task_dir: Path) -> tuple[str, ...]:
+    """The TSV names of ``task_dir`` that this generator exported (its manifest names no import): they show the older
+    trees, so new data drops them. () when the folder was imported (its TSVs may be the user's release files)."""
+    try:
+        source = json.loads(manifest_path(task_dir).read_text(encoding="utf-8"))["source"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ()
+    return () if not isinstance(source, dict) or "import" in source else tuple(f"basic_{s}.tsv" for s in SPLITS)
 
 
 def without_close_brackets(tokens: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -278,7 +288,8 @@ def import_tsv(source_dir: Path, out: Path, *, log: Callable[[str], None] = prin
         if not path.exists():
             raise fail(path, "official ListOps file is missing", command)
     task_dir = Path(out) / TASK
-    with staged_task_dir(task_dir) as stage:
+    ours = generated_export(task_dir) if Path(source_dir).resolve() != task_dir.resolve() else ()
+    with staged_task_dir(task_dir, stale=ours) as stage:
         entries, brackets = {}, False
         for split, path in paths.items():
             sequences, labels = read_tsv(path, command)

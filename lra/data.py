@@ -142,15 +142,20 @@ class CompactDataModule(pl.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.data:
             return
+        try:
+            self._load()
+        except BaseException:  # a refused setup keeps nothing: a second call checks again
+            self.data, self.loaded_identity = {}, None
+            raise
+
+    def _load(self) -> None:
         before = data_identity(self.task_dir)
         try:
             for split in self.splits:
                 self.data[split] = load_split(self.task_dir, split, rebuild_cmd=self.rebuild_command())
         except DataError as err:
-            self.data = {}
             raise UserError(str(err)) from None
         if data_identity(self.task_dir) != before:  # each split is checked against the manifest as it loads
-            self.data = {}
             raise UserError(f"{self.task_dir} was written again while its splits loaded (another data_prep or run): "
                             f"its splits may come from two versions; run again once nothing writes it")
         self.loaded_identity = before

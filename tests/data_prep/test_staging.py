@@ -135,6 +135,28 @@ def test_a_regeneration_drops_the_older_tsv_export_and_keeps_the_users_files(tmp
                                                                          "basic_val.tsv"]
 
 
+
+def test_release_files_imported_in_place_survive_a_regeneration_and_an_import_drops_an_old_export(tmp_path):
+    """Only this generator's own export is stale: the user's copy of the release files stays; importing over a
+    generated export drops that export (it showed other trees than the imported ones)."""
+    from data_prep.listops import generate, import_tsv
+
+    release = generate(tmp_path / "release", train=20, val=4, test=4, min_length=20, max_length=60, seed=5,
+                       fmt="tsv", log=lambda _: None)
+    data = tmp_path / "data"
+    (data / "listops").mkdir(parents=True)
+    for tsv in release.glob("basic_*.tsv"):
+        (data / "listops" / tsv.name).write_bytes(tsv.read_bytes())
+    import_tsv(data / "listops", data, log=lambda _: None)
+    assert data_prep_main(listops(data, seed=1)) == 0
+    assert sorted(p.name for p in (data / "listops").glob("basic_*.tsv")) == ["basic_test.tsv", "basic_train.tsv",
+                                                                               "basic_val.tsv"]
+    other = tmp_path / "other"
+    assert data_prep_main([*listops(other, seed=2), "--format", "tsv"]) == 0
+    import_tsv(release, other, log=lambda _: None)
+    assert not list((other / "listops").glob("basic_*.tsv"))
+
+
 def test_a_file_where_the_folder_should_be_is_named(tmp_path, capsys):
     (tmp_path / "listops").write_text("not a folder")
     assert data_prep_main(listops(tmp_path, seed=0)) == 2

@@ -107,3 +107,16 @@ def test_the_data_a_run_loaded_is_its_identity_and_a_folder_written_while_loadin
     with pytest.raises(UserError, match="was written again while its splits loaded"):
         fresh.setup()
     assert fresh.data == {}
+
+
+def test_a_refused_setup_keeps_nothing_and_refuses_again(tmp_path):
+    from lra.tasks.listops import DataModule
+
+    source = generate(tmp_path / "a", train=20, val=4, test=4, min_length=20, max_length=60, seed=1, fmt="tsv",
+                      log=lambda _: None)
+    import_tsv(source, tmp_path / "data" / "quick", log=lambda _: None)
+    module = DataModule(tiny(tmp_path / "data", "task.max_len=8"))
+    for _ in range(2):  # before, the second call returned with the data the first had refused
+        with pytest.raises(UserError):
+            module.setup()
+        assert module.data == {} and module.loaded_identity is None
