@@ -49,7 +49,7 @@ def test_generating_missing_data_also_names_the_official_fetch(tmp_path, caplog)
     from tests.lra.conftest import TINY, compose_run
 
     data = listops.DataModule(compose_run(["task=listops", f"data_dir={tmp_path}", *TINY]))
-    with caplog.at_level("INFO", logger="lra.data"):
+    with caplog.at_level("INFO", logger="lra.generated_data"):
         data.prepare_data()
     shown = caplog.text
     assert "generating it now (python -m data_prep listops --out" in shown
