@@ -50,6 +50,16 @@ def manifest_path(task_dir: Path) -> Path:
     return Path(task_dir) / MANIFEST_NAME
 
 
+def made_by(task_dir: Path) -> str | None:
+    """How ``task_dir``'s data was made, read from its manifest without checking it: ``"import"`` (official or user
+    files), ``"generator"``, or None when there is no readable manifest."""
+    try:
+        source = json.loads(manifest_path(task_dir).read_text(encoding="utf-8"))["source"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return None if not isinstance(source, dict) else "import" if "import" in source else "generator"
+
+
 def token_dtype(vocab_size: int) -> np.dtype:
     """Smallest dtype that holds token ids below ``vocab_size``."""
     if vocab_size <= 1 << 8:

@@ -29,7 +29,7 @@ from data_prep import image, listops, pathfinder, retrieval, text
 from data_prep._download import FetchFailed, WrongFile, check_file, download
 from data_prep._safe_extract import DamagedArchive, UnsafeArchive
 from data_prep._unpack import MissingMembers, unpack
-from data_prep.compact import DataError, manifest_path
+from data_prep.compact import DataError, made_by, manifest_path
 from data_prep.fetch_sources import (
     DOWNLOADS_DIR,
     OFFICIAL_MARKER,
@@ -163,14 +163,6 @@ def command_line(args: argparse.Namespace) -> str:
     return shlex.join(words)
 
 
-def imported(folder: Path) -> bool:
-    """Whether the prepared ``folder`` holds imported files (its manifest's ``source`` says ``import``)."""
-    try:
-        return "import" in json.loads(manifest_path(folder).read_text(encoding="utf-8")).get("source", {})
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
 def fetch(args: argparse.Namespace) -> list[str]:
     """Fetch and import every task ``args.what`` names that is not prepared yet (all with ``--force``); those."""
     if not args.timeout > 0:
@@ -181,7 +173,7 @@ def fetch(args: argparse.Namespace) -> list[str]:
     for task in expand(args.what):
         folder = task_root(task, out) / task
         if manifest_path(folder).is_file() and not args.force:
-            if PARTS[task].official and not imported(folder):  # run.py generated it there before any fetch
+            if PARTS[task].official and made_by(folder) == "generator":  # run.py generated it there before any fetch
                 raise ValueError(f"{folder} holds generated {task} data, not the release's official split: move it "
                                  f"away, or fetch with --force to replace it")
             print(f"{task}: {folder} is already prepared (--force fetches and imports it again)")

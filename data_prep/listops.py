@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import json
 import shlex
 import time
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep.compact import SPLITS, fail, manifest_path, require_examples, write_manifest, write_split
+from data_prep.compact import SPLITS, fail, made_by, require_examples, write_manifest, write_split
 from data_prep.listops_tsv import DIGIT_ID, END_ID, OP_ID, OPERATORS, VOCAB, read_tsv, write_tsv
 from data_prep.staging import staged_task_dir
 
@@ -243,13 +242,9 @@ def generate(
 
 
 def generated_export(task_dir: Path) -> tuple[str, ...]:
-    """The TSV names of ``task_dir`` that this generator exported (its manifest names no import): they show the older
+    """The TSV names of ``task_dir`` that this generator exported (``made_by``: no import): they show the older
     trees, so new data drops them. () when the folder was imported (its TSVs may be the user's release files)."""
-    try:
-        source = json.loads(manifest_path(task_dir).read_text(encoding="utf-8"))["source"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return ()
-    return () if not isinstance(source, dict) or "import" in source else tuple(f"basic_{s}.tsv" for s in SPLITS)
+    return tuple(f"basic_{split}.tsv" for split in SPLITS) if made_by(task_dir) == "generator" else ()
 
 
 def without_close_brackets(tokens: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 class GeneratedDataModule(CompactDataModule):
     """Data a ``data_prep`` generator makes locally from ``task.data.generate``: when the folder has a manifest
-    it must record data made with these options (imported official files are checked on load instead);
+    it must record data made with these options (imported files: in the option they tell, ``imported_option``);
     when it has none, the data is generated now.
 
     Subclasses say how to generate (``generate``) and how stored data differs from what the config asks for
