@@ -17,7 +17,7 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from lra.run.hydra_hooks import (  # + conf/'s resolver
     checked_run,
@@ -68,8 +68,7 @@ def main(cfg: DictConfig) -> float | None:
         if (refusal := job_refusal()) is not None:
             raise UserError(refusal)
         # the Run the hook parsed, or, where none ran (a config without the hooks, a DDP worker), parsed here
-        run = parsed_run(run_dir) or checked_run(OmegaConf.to_container(cfg, resolve=True),
-                                                 list(hydra_cfg.overrides.task))
+        run = parsed_run(run_dir) or checked_run(cfg, list(hydra_cfg.overrides.task))
     except UserError as err:  # refused before the training stack loads; no record: the folder may be another run's
         note_job("refused")
         report(f"error: {err}", error=True)  # not into run.log: the folder is not this job's (RunLogHandler)

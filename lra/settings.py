@@ -174,7 +174,7 @@ class Run:
         that is missing or breaks its type, range or relations. Each optional setting the config leaves out takes
         its default."""
         check_missing(config, cls)
-        run = cls.read(config)
+        run = _section(cls, config)
         complete = run.config()
         checks.check_names(complete)
         check_fields(complete, cls)

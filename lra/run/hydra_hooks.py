@@ -80,11 +80,15 @@ def added_keys_reference(overrides: list[str]) -> tuple[list[str], dict[str, Any
     return added, OmegaConf.to_container(compose(config_name="config", overrides=kept), resolve=False)
 
 
-def checked_run(config: dict[str, Any], task_overrides: list[str]) -> Run:
-    """The ``Run`` of a composed job config (``Run.parse``: the folder's names first, as an override that puts a line
-    break in one no longer parses), and no key added that nothing reads; else a UserError naming the problem and
-    the fix."""
-    run = Run.parse(config)
+def checked_run(config: DictConfig, task_overrides: list[str]) -> Run:
+    """The ``Run`` of a composed job config (Hydra's ``hydra`` node, where it has one, left out; ``Run.parse``: the
+    folder's names first, as an override that puts a line break in one no longer parses), and no key added that
+    nothing reads; else a UserError naming the problem and the fix."""
+    job = copy.deepcopy(config)
+    if "hydra" in job:
+        with read_write(job), open_dict(job):
+            del job["hydra"]
+    run = Run.parse(OmegaConf.to_container(job, resolve=True))
     added, reference = added_keys_reference(task_overrides)
     if reference is not None:
         check_added_keys(added, reference)
@@ -110,14 +114,6 @@ def sweep_names(config: DictConfig) -> list[tuple[str, Any]]:
         values = swept.get(key) or [OmegaConf.select(config, key, default=None)]
         names += [(key, value) for value in values]
     return names
-
-
-def job_config(config: DictConfig) -> dict[str, Any]:
-    """The resolved config the job will get (Hydra's, without its ``hydra`` node), as plain data."""
-    job = copy.deepcopy(config)
-    with read_write(job), open_dict(job):
-        del job["hydra"]
-    return OmegaConf.to_container(job, resolve=True)
 
 
 def hydra_files(config: DictConfig) -> list[str]:
@@ -237,7 +233,7 @@ class RunHooks(Callback):
         elsewhere = "write this run elsewhere with hydra.run.dir=DIR"
         run_dir = Path()
         try:
-            run = checked_run(job_config(config), list(config.hydra.overrides.task))
+            run = checked_run(config, list(config.hydra.overrides.task))
             run_dir = folder()
             new = not os.path.lexists(run_dir)
             check_writable(run_dir, elsewhere)
