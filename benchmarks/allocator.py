@@ -35,8 +35,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks import write_csv
 from lra.run.outputs import BENCH
-from lra_base.atomic import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -153,8 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["ratio_to_default"] = summary["mean_step_cpu_s"] / summary.loc["default", "mean_step_cpu_s"]
     summary.insert(0, "thp_mode", thp_mode())
     print(summary.to_string(float_format=lambda x: f"{x:.3f}"))
-    write_atomic(Path(out) / "allocator.csv", summary.reset_index().to_csv(index=False))
-    print(f"wrote {Path(out) / 'allocator.csv'}")
+    write_csv(summary.reset_index(), out, "allocator.csv")
     return 0
 
 

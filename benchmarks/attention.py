@@ -19,9 +19,10 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import attention_zoo
+from benchmarks import write_csv
 from lra.run.allocator import reuse_freed_memory
 from lra.run.outputs import BENCH
-from lra_base.atomic import save_figure, write_atomic
+from lra_base.atomic import save_figure
 
 DEFAULT_NAMES = ["softmax", "linear", "based", "llops", "polysketch", "performer", "cosformer", "nystrom"]
 FIG2 = {"names": ["softmax", "linear", "based", "llops", "polysketch"], "head_dim": 128,
@@ -213,7 +214,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     frame["allocator"] = allocator
     stem = ("fig2" if args.paper_fig2 else f"bench_{args.device}") + ("_reuse" if args.reuse_memory else "")
-    write_atomic(out / f"{stem}.csv", frame.to_csv(index=False))
+    write_csv(frame, out, f"{stem}.csv", say=False)
     plot(frame, out / f"{stem}.png", "peak memory (MiB)" if device.type == "cuda" else "saved for backward (MiB)")
     show = ["attention", "length", "fwd_bwd_s", "vs_linear", "vs_softmax", "memory_mb", "matmul_fraction"]
     print(frame[show].to_string(index=False, float_format=lambda x: f"{x:.3g}"))

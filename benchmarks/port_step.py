@@ -37,12 +37,12 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from attention_zoo import extra_inputs
+from benchmarks import machine_cpu, with_cpu, write_csv
 from lra.config import compose_run
 from lra.model import AttentionBlock
 from lra.run.allocator import reuse_freed_memory
 from lra.run.outputs import BENCH
 from lra.tasks.listops import LitModule
-from lra_base.atomic import write_atomic
 
 MECHANISMS = ["softmax", "nystrom", "performer", "linformer", "skyformer"]
 # our options that give the port's ListOps hyperparameters (its config.py extra_attn_config), where ours differ
@@ -177,21 +177,25 @@ def compare(attention: str, port: tuple, batch: dict[str, Tensor], args) -> list
     return rows
 
 
-MEASURED_WITH = ("batch", "length", "steps", "threads")  # what the rows --merge puts side by side must share
+MEASURED_WITH = ("batch", "length", "steps", "threads", "cpu")  # what the rows --merge puts side by side must share
 
 
 def unmergeable(path: Path, args: argparse.Namespace) -> str | None:
     """Why the kept rows of ``path`` cannot stand beside this run's (measured with another batch, length, number of
-    steps or threads: one table would read as one measurement); None when they can."""
+    steps or threads, or on another CPU or one they do not record: one table would read as one measurement); None
+    when they can."""
     import pandas as pd
 
     if not path.exists():
         return None
     kept = pd.read_csv(path, keep_default_na=False)
     kept = kept[~kept.mechanism.isin(args.attentions)]
-    now = {"batch": args.batch, "length": args.length, "steps": args.steps, "threads": torch.get_num_threads()}
+    now = {"batch": args.batch, "length": args.length, "steps": args.steps, "threads": torch.get_num_threads(),
+           "cpu": machine_cpu()}
     differ = [f"{key} {sorted(set(kept[key]))} -> {now[key]}" for key in MEASURED_WITH
               if key in kept and (kept[key] != now[key]).any()]
+    if len(kept) and "cpu" not in kept:
+        differ.append(f"cpu not recorded -> {now['cpu']}")
     if differ:
         return (f"--merge would put rows measured with other settings beside this run's ({'; '.join(differ)}): "
                 f"measure every mechanism again without --merge, or with the kept rows' settings")
@@ -236,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(f"{attention:>9} ours ({row['ours']}): {row['ours_ms']:9.1f} ms, port {row['port_ms']:9.1f} ms, "
                   f"ours / port {row['ours_over_port']:.2f} (CPU time {row['cpu_ours_over_port']:.2f})", flush=True)
-    frame = pd.DataFrame(rows)
+    frame = with_cpu(pd.DataFrame(rows))
     out = Path(args.out)
     written = frame
     if args.merge and (out / "port_step.csv").exists():
@@ -244,8 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         written = pd.concat([kept[~kept.mechanism.isin(args.attentions)], frame], ignore_index=True)
         order = {name: i for i, name in enumerate(MECHANISMS)}
         written = written.sort_values("mechanism", key=lambda c: c.map(order), kind="stable")
-    write_atomic(out / "port_step.csv", written.to_csv(index=False))
-    shown = frame.drop(columns=["our_options", "batch", "length", "steps", "threads"])
+    write_csv(written, out, "port_step.csv", say=False)
+    shown = frame.drop(columns=["our_options", "batch", "length", "steps", "threads", "cpu"])
     print(shown.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     print(f"wrote {out / 'port_step.csv'}")
     return 0

@@ -38,7 +38,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
-from benchmarks import attention_name
+from benchmarks import attention_name, write_csv
 from benchmarks.flops import counter, gemm_gflops
 from lra.build import build
 from lra.config import compose_run
@@ -47,7 +47,6 @@ from lra.run.outputs import BENCH
 from lra.run.subnormals import flush_subnormals
 from lra.run.threads import torch_threads
 from lra.settings import Run
-from lra_base.atomic import write_atomic
 from lra_base.errors import UserError
 
 ATTENTIONS = ["softmax", "linear", "llops"]
@@ -211,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     frame = pd.DataFrame(rows)
     out = Path(args.out)
-    write_atomic(out / "run_estimate.csv", frame.to_csv(index=False))
+    write_csv(frame, out, "run_estimate.csv", say=False)
     columns = ["attention", "step_s", "val_pass_s", "test_pass_s", "total_min", "ratio_to_target", "cpu_step_s",
                "cpu_val_pass_s", "cpu_test_pass_s", "cpu_total_min", "cpu_ratio_to_target", "step_gflop",
                "cpu_gflops", "floor_min"]

@@ -22,10 +22,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks import attention_name
+from benchmarks import attention_name, machine_cpu, write_csv
 from benchmarks.revision import ROOT, unpack
 from lra.run.outputs import BENCH
-from lra_base.atomic import write_atomic
 from lra_base.errors import UserError
 
 CODE = ["lra", "attention_zoo", "benchmarks", "conf", "data_prep", "run.py"]
@@ -94,14 +93,15 @@ def main(argv: list[str] | None = None) -> int:
                 raise UserError(f"--against {args.against}: it has no {', '.join(missing)}, so its run_estimate would "
                                 f"import this tree's; give a later commit")
             commits = {"this tree": commit_of(None), args.against: commit_of(args.against)}
+            cpu = machine_cpu()  # both versions' rows: the revision's run_estimate may predate its cpu column
             for i in range(args.rounds):
                 pair = [("this tree", ROOT), (args.against, old)]
                 for version, folder in pair if i % 2 else pair[::-1]:
                     for row in estimate(folder, Path(tmp) / f"{i}-{folder.name}", args):
-                        rows.append({"round": i, "version": version, "commit": commits[version], **row})
+                        rows.append({"round": i, "version": version, "commit": commits[version], **row, "cpu": cpu})
                         print(f"round {i + 1}, {version}: {row['attention']} {row['total_min']:.1f} min "
                               f"(floor {row['floor_min']:.1f} at {row['gemm_gflops']:.1f} GFLOP/s)", flush=True)
-                    write_atomic(out / "run_estimate_versions.csv", pd.DataFrame(rows).to_csv(index=False))
+                    write_csv(pd.DataFrame(rows), out, "run_estimate_versions.csv", say=False)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         if rows:

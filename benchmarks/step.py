@@ -21,7 +21,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import Tensor, nn
 
-from benchmarks import attention_name
+from benchmarks import attention_name, write_csv
 from benchmarks.loading import LoadingTimer
 from lra.build import build_model, example_batch
 from lra.config import CONF_DIR, compose_run
@@ -31,7 +31,6 @@ from lra.run.outputs import BENCH
 from lra.run.subnormals import flush_subnormals
 from lra.settings import Run
 from lra.task_facts import task_names
-from lra_base.atomic import write_atomic
 from lra_base.errors import UserError
 
 LONGEST = 4096  # tasks with longer sequences (Path-X: 16384 tokens) are timed only when --tasks names them
@@ -127,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     frame = pd.DataFrame(rows)
     out = Path(args.out)
-    write_atomic(out / "step_cpu.csv", frame.to_csv(index=False))
+    write_csv(frame, out, "step_cpu.csv", say=False)
     print(frame.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     print(f"wrote {out / 'step_cpu.csv'}")
     return 0

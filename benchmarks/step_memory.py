@@ -36,7 +36,7 @@ import pytorch_lightning as pl
 import torch
 
 import attention_zoo
-from benchmarks import attention_name
+from benchmarks import attention_name, write_csv
 from benchmarks.loading import LoadingTimer
 from benchmarks.step import VOCAB
 from lra.build import build_model, example_batch
@@ -44,7 +44,6 @@ from lra.config import compose_run
 from lra.run.allocator import reuse_freed_memory
 from lra.run.outputs import BENCH
 from lra.run.subnormals import flush_subnormals
-from lra_base.atomic import write_atomic
 
 TASKS = ["text", "retrieval"]
 MIB = 2**20
@@ -205,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{task:>10} {attention:>11}: {said}", flush=True)
     frame = pd.DataFrame(rows)
     out = Path(args.out)
-    write_atomic(out / "step_memory.csv", frame.to_csv(index=False))
+    write_csv(frame, out, "step_memory.csv", say=False)
     misfits = frame[~frame["fits"].astype(bool)]
     names = ", ".join(f"{t}/{a}" for t, a in zip(misfits.task, misfits.attention))
     print(f"{len(frame) - len(misfits)} of {len(frame)} cells fit in {args.fit_gib:g} GiB at batch {args.fit_batch}"

@@ -30,8 +30,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from benchmarks import write_csv
 from lra.run.outputs import BENCH
-from lra_base.atomic import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 CHOICE = re.compile(r"threads: (\d+) \(other processes keep ([0-9.]+) of")  # lra.run.threads' log line
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{kind:>5} {r['threads']} thread(s) {policy:>12}: {r['wall_s']:6.1f} s command, {fit} s training"
               f"{chose}  {r['status'] if r['status'] != 'ok' else ''}", flush=True)
     out = Path(args.out)
-    write_atomic(out / "threads.csv", pd.DataFrame(rows).to_csv(index=False))
+    write_csv(pd.DataFrame(rows), out, "threads.csv", say=False)
     print(f"wrote {out / 'threads.csv'}")
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 

@@ -190,13 +190,26 @@ SECTIONS: list[tuple[str, str, Callable[[pd.DataFrame], str]]] = [
 ]
 
 
+def measured_on(frame: pd.DataFrame) -> str:
+    """The line under a table naming the CPU(s) its rows were measured on (``benchmarks.write_csv``'s ``cpu``): times
+    compare only within one CPU."""
+    if not has_column(frame, "cpu"):  # CSVs written before the benchmarks recorded it
+        return "CPU: not recorded (measured before the benchmarks wrote it)."
+    cpus = list(dict.fromkeys(frame["cpu"].dropna()))
+    unrecorded = " and, in rows that do not record it, another or the same" if frame["cpu"].isna().any() else ""
+    if len(cpus) == 1:
+        return f"CPU: {cpus[0]}{unrecorded}."
+    return f"CPUs: {'; '.join(cpus)}{unrecorded} (column `cpu`): times compare only between rows of one CPU."
+
+
 def render(bench: Path) -> str:
-    """Every section whose CSV exists under ``bench``, in docs/benchmarks.md's order."""
+    """Every section whose CSV exists under ``bench``, in docs/benchmarks.md's order, each with its CPU(s)."""
     parts = ["# Benchmark tables", "", f"Rendered by `python -m results.bench_tables` from `{bench.name}/*.csv`.", ""]
     for name, title, table in SECTIONS:
         path = bench / name
         if path.exists():
-            parts += [f"## {title} (`{name}`)", "", table(pd.read_csv(path)), ""]
+            frame = pd.read_csv(path)
+            parts += [f"## {title} (`{name}`)", "", table(frame), "", measured_on(frame), ""]
     return "\n".join(parts)
 
 

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
+import benchmarks
 from benchmarks import port_step
 
 CONFIG = '''
@@ -131,3 +132,22 @@ def test_merge_refuses_rows_measured_otherwise_and_overrides_label_the_rows(stan
     assert (tmp_path / "port_step.csv").read_bytes() == before
     assert port_step.main(["model.dropout=0.2", *common, "--batch", "2", "--attentions", "softmax"]) == 0
     assert set(pd.read_csv(tmp_path / "port_step.csv").our_options) == {"model.dropout=0.2"}
+
+
+@pytest.mark.parametrize("kept_cpu", [None, "Other CPU (avx512)"])
+def test_merge_refuses_rows_of_another_or_an_unrecorded_cpu(stand_in_port, tmp_path, capsys, kept_cpu):
+    """Before, --merge put rows timed on another machine (or one the CSV did not name) beside this run's as one
+    table; now each row names its CPU and --merge keeps only rows of this one."""
+    common = ["--port-src", str(stand_in_port), "--batch", "2", "--length", "16", "--steps", "1", "--warmup", "0",
+              "--out", str(tmp_path), "--checkpoint-ours"]
+    assert port_step.main([*common, "--attentions", "softmax", "nystrom"]) == 0
+    frame = pd.read_csv(tmp_path / "port_step.csv", keep_default_na=False)
+    assert set(frame.cpu) == {benchmarks.machine_cpu()}
+    (frame.drop(columns="cpu") if kept_cpu is None else frame.assign(cpu=kept_cpu)).to_csv(
+        tmp_path / "port_step.csv", index=False)
+    before = (tmp_path / "port_step.csv").read_bytes()
+    with pytest.raises(SystemExit):
+        port_step.main([*common, "--attentions", "softmax", "--merge"])
+    err = capsys.readouterr().err
+    assert ("cpu not recorded" if kept_cpu is None else f"cpu ['{kept_cpu}']") in err
+    assert (tmp_path / "port_step.csv").read_bytes() == before

@@ -112,3 +112,30 @@ def test_allocator_section_gives_each_setting_and_its_ratio_to_the_default(tmp_p
     assert bench_tables.main(["--bench", str(tmp_path)]) == 0
     (jemalloc,) = cells((tmp_path / "tables.md").read_text(), "jemalloc")
     assert jemalloc == ["jemalloc", "madvise", "1.100", "1.200", "0.7", "1,144", "1.20x" if with_default else ""]
+
+
+@pytest.mark.parametrize("cpus, says", [
+    (None, "CPU: not recorded"),
+    (["AMD EPYC 7B13 (avx2)"] * 2, "CPU: AMD EPYC 7B13 (avx2)."),
+    (["AMD EPYC 7B13 (avx2)", "Intel Xeon (avx512)"], "CPUs: AMD EPYC 7B13 (avx2); Intel Xeon (avx512)"),
+    (["AMD EPYC 7B13 (avx2)", None], "CPU: AMD EPYC 7B13 (avx2) and, in rows that do not record it"),
+])
+def test_each_section_names_the_cpu_its_rows_were_measured_on(tmp_path, cpus, says):
+    """Before, no benchmark table said on which CPU its times were taken (they differ several-fold between these
+    machines)."""
+    frame = pd.DataFrame({"attention": ["linear", "llops"], "length": [1024, 1024], "fwd_bwd_s": [0.006, 0.025]})
+    if cpus is not None:
+        frame["cpu"] = cpus
+    frame.to_csv(tmp_path / "bench_cpu.csv", index=False)
+    text = bench_tables.render(tmp_path)
+    assert says in text and text.index(says) > text.index("| 1,024")
+
+
+def test_a_benchmark_csv_names_this_machines_cpu_unless_its_rows_name_theirs(tmp_path, capsys):
+    import benchmarks
+
+    benchmarks.write_csv(pd.DataFrame({"x": [1, 2]}), tmp_path, "a.csv")
+    assert set(pd.read_csv(tmp_path / "a.csv").cpu) == {benchmarks.machine_cpu()}
+    assert "(" in benchmarks.machine_cpu() and f"wrote {tmp_path / 'a.csv'}" in capsys.readouterr().out
+    benchmarks.write_csv(pd.DataFrame({"x": [1], "cpu": ["kept (avx2)"]}), tmp_path, "b.csv", say=False)
+    assert list(pd.read_csv(tmp_path / "b.csv").cpu) == ["kept (avx2)"] and capsys.readouterr().out == ""
