@@ -75,8 +75,6 @@ class CheckpointOnPreemption(pl.Callback):
         self._marked = False  # under DDP: this rank received SIGTERM, not yet agreed on
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if stage == "fit" and hasattr(signal, "SIGUSR1"):
-            signal.signal(signal.SIGUSR1, self._on_sigusr1)
         # before Lightning registers its handlers (every stage), which compose this in place of its notifier
         notifier = self.note_sigterm if trainer.world_size > 1 else self.notice_sigterm
         trainer._signal_connector._sigterm_notifier_fn = partial(notifier, trainer)
@@ -102,7 +100,12 @@ class CheckpointOnPreemption(pl.Callback):
         self._marked = True
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._catch_ctrl_c()  # here Lightning's SIGTERM handler is in place: before, SIGTERM would kill
+        # here Lightning's handlers are in place (it puts back the ones from before at its teardown, in every outcome,
+        # so no later SIGUSR1 to this process reaches an ended run): before, SIGTERM would kill
+        self._catch_ctrl_c()
+        if hasattr(signal, "SIGUSR1") and threading.current_thread() is threading.main_thread() \
+                and signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):  # not Lightning's SLURM requeue's
+            signal.signal(signal.SIGUSR1, self._on_sigusr1)
 
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._catch_ctrl_c()

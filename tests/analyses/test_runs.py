@@ -94,15 +94,20 @@ def _slow_run(run, run_dir):  # a stand-in for one training run in a worker: a s
 
 def test_ctrl_c_while_runs_are_queued_starts_none_of_them(tmp_path, monkeypatch):
     """Before, leaving the pool waited for every queued run: a card or ablation went on training after Ctrl-C."""
-    import os
     import signal
     import threading
 
     monkeypatch.setattr(_runs, "_train_or_fail", _slow_run)  # the pool's workers fork after this
     jobs = {f"run{i}": (None, tmp_path / f"run{i}") for i in range(4)}
-    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()  # this process only, not the workers
-    with pytest.raises(KeyboardInterrupt):
-        _runs.train_all(jobs, workers=1)
+    # Python's own Ctrl-C handler, whatever an earlier test in this process left; the signal goes to the main thread
+    # (this process only, not the workers), whose wait it interrupts at once
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Timer(0.3, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT)).start()
+        with pytest.raises(KeyboardInterrupt):
+            _runs.train_all(jobs, workers=1)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert [path.name for path in sorted(tmp_path.iterdir())] == ["run0"]  # the running one ends; no other starts
 
 

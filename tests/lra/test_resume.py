@@ -16,7 +16,7 @@ import pytest
 import torch
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from lra.run.callbacks import CheckpointOnPreemption, stop_signal
+from lra.run.callbacks import CheckpointOnPreemption, sent_signal, stop_signal
 from lra.run.train import run
 from lra.sampling import EpochSampler
 from lra.settings import Run
@@ -142,23 +142,28 @@ def in_process_reference(tiny_data_dir, tmp_path_factory) -> dict:
 @pytest.mark.parametrize("hook, step, signum", [("on_train_batch_start", 11, signal.SIGTERM),
                                                 ("on_train_batch_start", 9, signal.SIGTERM),
                                                 ("on_validation_batch_start", 14, signal.SIGTERM),
-                                                ("on_train_batch_start", 11, signal.SIGINT)],
-                         ids=["mid-epoch", "last batch of an epoch", "inside validation", "ctrl-c mid-epoch"])
+                                                ("on_train_batch_start", 11, signal.SIGINT),
+                                                ("on_train_batch_start", 11, signal.SIGUSR1)],
+                         ids=["mid-epoch", "last batch of an epoch", "inside validation", "ctrl-c mid-epoch",
+                              "sigusr1 mid-epoch"])
 def test_sigterm_at_any_point_then_rerun_gives_the_uninterrupted_result(hook, step, signum, in_process_reference,
                                                                          tiny_data_dir, tmp_path, monkeypatch):
     """SIGTERM (or Ctrl-C) sent to itself while step ``step`` trains (or validates), then the same run again."""
-    cfg, handler = in_process_config(tiny_data_dir), signal.getsignal(signal.SIGINT)
+    cfg = in_process_config(tiny_data_dir)
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGUSR1)}
     with monkeypatch.context() as patch:
         patch.setattr(CheckpointOnPreemption, hook, signal_at_step(step, signum), raising=False)
         with pytest.raises(SIGTERMException) as stopped:
             run(cfg, tmp_path)
-    assert stop_signal(stopped.value) == signum
+    assert stop_signal(stopped.value) == (signal.SIGTERM if signum == signal.SIGUSR1 else signum)  # exits as SIGTERM
+    assert sent_signal(stopped.value) == signum
     interrupted = json.loads((tmp_path / "result.json").read_text())
     assert interrupted["status"] == "interrupted"
     assert ("Ctrl-C" in interrupted["error"]) == (signum == signal.SIGINT)
-    assert signal.getsignal(signal.SIGINT) == handler  # restored after the run
+    assert {signum: signal.getsignal(signum) for signum in handlers} == handlers  # restored after the run
     got = run(cfg, tmp_path)
     assert got["steps"] == 40
+    assert {signum: signal.getsignal(signum) for signum in handlers} == handlers  # before, SIGUSR1's stayed the run's
     with (tmp_path / "csv" / "metrics.csv").open(newline="") as file:  # the interrupted run's rows are kept
         logged = [int(row["step"]) for row in csv.DictReader(file) if row.get("train/loss")]
     assert logged == list(range(LOG_EVERY - 1, 40, LOG_EVERY))  # Lightning logs after every LOG_EVERY steps
