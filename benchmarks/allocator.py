@@ -18,8 +18,9 @@ the madvise to act; the benchmark prints the mode. Each case runs ``--steps`` tr
 AdamW) of ``python run.py task=<task> attention=<attention>``'s model on the task's own training batches, with
 the run's release every ``--release-every`` steps, in its own process; the settings alternate over
 ``--rounds``. Reports per case the median CPU seconds of a step (the first ``--warmup`` left out), the mean
-minor page faults a step (MiB at 4 KiB) and the peak resident memory, and each setting's ratio to
-``default``. Writes ``allocator.csv``. A benchmark, not a test: run it on a quiet core (one thread by
+minor page faults a step (their count times 4 KiB, in MiB: a 2 MiB huge page faults once) and the peak resident
+memory, and each setting's ratio to ``default``. Writes ``allocator.csv`` (with the task, attention, threads and
+steps every case ran). A benchmark, not a test: run it on a quiet core (one thread by
 default, so it can share a machine with a run on the other core).
 """
 
@@ -152,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     if "default" in summary.index:
         summary["ratio_to_default"] = summary["mean_step_cpu_s"] / summary.loc["default", "mean_step_cpu_s"]
     summary.insert(0, "thp_mode", thp_mode())
+    threads = case_env("default", args.threads)["OMP_NUM_THREADS"]
+    case = {"task": args.task, "attention": args.attention, "threads": threads, "steps": args.steps,
+            "release_every": args.release_every, "overrides": " ".join(args.overrides)}
+    summary = summary.assign(**case)  # what the table's title would otherwise have to assume
     print(summary.to_string(float_format=lambda x: f"{x:.3f}"))
     write_csv(summary.reset_index(), out, "allocator.csv")
     return 0

@@ -122,13 +122,25 @@ def subnormals_table(frame: pd.DataFrame) -> str:
     return markdown_table(["model", "kept (s)", "flushed (s)", "kept / flushed"], rows)
 
 
+def allocator_case(frame: pd.DataFrame) -> str:
+    """The line naming what every allocator setting ran (task, attention, threads, steps), from the CSV."""
+    if not has_column(frame, "attention"):  # CSVs written before the benchmark recorded its case
+        return "Task, attention and threads: not recorded in the CSV (written before the benchmark recorded them)."
+    r = frame.iloc[0]
+    extra = "" if pd.isna(r.overrides) or not str(r.overrides) else f", {r.overrides}"
+    return (f"Each setting: {r.task} / {r.attention}, {r.threads} thread(s), {r.steps} steps, the heap released "
+            f"every {r.release_every}{extra}.")
+
+
 def allocator_table(frame: pd.DataFrame) -> str:
     """``benchmarks.allocator``: a training step's CPU time, page faults and peak resident memory per allocator."""
     ratio = frame["ratio_to_default"] if "ratio_to_default" in frame else pd.Series(float("nan"), frame.index)
     rows = [[r.setting, r.thp_mode, _num(r.step_cpu_s, 3), _num(r.mean_step_cpu_s, 3), _num(r.faults_mib_per_step),
              _num(r.peak_mib, 0), "" if pd.isna(x) else f"{x:.2f}x"] for r, x in zip(frame.itertuples(), ratio)]
-    return markdown_table(["setting", "huge pages", "step CPU, median (s)", "step CPU, mean (s)",
-                           "page faults a step (MiB)", "peak resident (MiB)", "mean step / default"], rows)
+    table = markdown_table(["setting", "huge pages", "step CPU, median (s)", "step CPU, mean (s)",
+                            "page faults a step (count x 4 KiB, MiB)", "peak resident (MiB)", "mean step / default"],
+                           rows)
+    return f"{allocator_case(frame)}\n\n{table}"
 
 
 def port_table(frame: pd.DataFrame) -> str:
@@ -185,8 +197,7 @@ SECTIONS: list[tuple[str, str, Callable[[pd.DataFrame], str]]] = [
      processes_table),
     ("threads_idle.csv", "Quick job on an idle machine, three runs a case (`--loads idle --repeats 3`)", threads_table),
     ("subnormals.csv", "A trained model's training step with subnormal floats kept and flushed", subnormals_table),
-    ("allocator.csv", "A training step under each allocator (llops, full-protocol batches, one thread)",
-     allocator_table),
+    ("allocator.csv", "A training step under each allocator", allocator_table),
 ]
 
 

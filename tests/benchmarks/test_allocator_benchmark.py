@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pandas as pd
 
 from benchmarks import allocator
@@ -41,3 +43,7 @@ def test_each_setting_runs_in_its_own_process_and_is_compared_to_default(tmp_pat
     assert frame.loc[0, "ratio_to_default"] == 1.0
     assert (frame.step_cpu_s > 0).all() and (frame.peak_mib > 0).all() and (frame.faults_mib_per_step >= 0).all()
     assert "round 0       thp" in capsys.readouterr().out
+    case = frame[["task", "attention", "threads", "steps", "release_every"]].drop_duplicates().to_dict("records")
+    assert case == [{"task": "listops", "attention": "llops", "threads": int(os.environ.get("OMP_NUM_THREADS", 1)),
+                     "steps": 3, "release_every": 2}]  # before, the table's title assumed them
+    assert "experiment=quick" in frame.overrides[0]

@@ -112,6 +112,18 @@ def test_allocator_section_gives_each_setting_and_its_ratio_to_the_default(tmp_p
     assert bench_tables.main(["--bench", str(tmp_path)]) == 0
     (jemalloc,) = cells((tmp_path / "tables.md").read_text(), "jemalloc")
     assert jemalloc == ["jemalloc", "madvise", "1.100", "1.200", "0.7", "1,144", "1.20x" if with_default else ""]
+    assert "Task, attention and threads: not recorded" in (tmp_path / "tables.md").read_text()
+
+
+def test_allocator_section_names_the_case_its_csv_records(tmp_path):
+    """Before, the section's title said llops, full-protocol batches and one thread, whatever the CSV measured."""
+    pd.DataFrame([{"setting": "default", "thp_mode": "never", "step_cpu_s": 1.0, "mean_step_cpu_s": 1.0,
+                   "faults_mib_per_step": 4.0, "peak_mib": 900.0, "ratio_to_default": 1.0, "task": "text",
+                   "attention": "linear", "threads": 2, "steps": 30, "release_every": 10,
+                   "overrides": "task.batch_size=8"}]).to_csv(tmp_path / "allocator.csv", index=False)
+    text = bench_tables.render(tmp_path)
+    assert "Each setting: text / linear, 2 thread(s), 30 steps, the heap released every 10, task.batch_size=8." in text
+    assert "llops" not in text
 
 
 @pytest.mark.parametrize("cpus, says", [
