@@ -40,6 +40,7 @@ from .callbacks import (
 from .checkpoints import RunFolderCheckpoint, RunFolderCheckpointIO, not_a_link, resume_point
 from .disk import disk_full, full_disk_error
 from .loggers import ResumableCSVLogger
+from .model_summary import summary_callbacks
 from .record import INTERRUPTED, RECORD_NAME, new_record, now, write_json_atomic
 from .same_run import HeldRun, changes_from, refuse_other_data, refuse_other_run
 from .subnormals import flush_subnormals
@@ -162,7 +163,8 @@ def fit_and_test(run: Run, run_dir: Path, progress: Progress | None = None) -> d
         callbacks.append(RunFolderCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, save_top_k=1,
                                              enable_version_counter=False))
     warn_shortened_validation(run)
-    trainer = pl.Trainer(**built.trainer_arguments, callbacks=callbacks, logger=loggers, default_root_dir=run_dir,
+    arguments, summary = summary_callbacks(built.trainer_arguments)
+    trainer = pl.Trainer(**arguments, callbacks=callbacks + summary, logger=loggers, default_root_dir=run_dir,
                          plugins=[RunFolderCheckpointIO()])
     progress.model, progress.trainer = model, trainer
     if resume:
