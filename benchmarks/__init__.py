@@ -32,28 +32,30 @@ def taking_turns(ways: Iterable, rounds: int) -> Iterator[tuple[int, object]]:
             yield i, way
 
 
-def machine_cpu() -> str:
-    """This machine's processor and its widest vector units (``AMD EPYC 7B13 (avx2)``): the CPU a time was measured
-    on, without which it compares with nothing (GEMM rates differ ~2x between the AVX2 and AVX-512 machines)."""
-    from lra.run.machine import cpu_model, read_cpuinfo, vector_units
+def this_processor(device=None) -> str:
+    """What a benchmark's times were measured on: this machine's CPU and its widest vector units (``AMD EPYC 7B13
+    (avx2)``; GEMM rates differ ~2x between the AVX2 and AVX-512 machines), or the GPU for a CUDA ``device``."""
+    from lra.run.machine import cpu_model, device_name, read_cpuinfo, vector_units
 
+    if device is not None and getattr(device, "type", device) == "cuda":
+        return device_name(device)
     info = read_cpuinfo()
     return f"{cpu_model(info)} ({vector_units(info)})"
 
 
-def with_cpu(frame):
-    """``frame`` with a ``cpu`` column naming this machine's CPU (``machine_cpu``), for rows measured here."""
-    return frame.assign(cpu=machine_cpu())
+def with_processor(frame, device=None):
+    """``frame`` with a ``processor`` column (``this_processor``), for rows measured here."""
+    return frame.assign(processor=this_processor(device))
 
 
 def write_csv(frame, out: str | Path, name: str, say: bool = True) -> Path:
     """A benchmark's CSV ``out/name``, written atomically (``lra_base.atomic``); says where unless ``say`` is False.
-    Every row names its CPU: a frame without a ``cpu`` column was measured here (``with_cpu``); one with it keeps
-    each row's (rows kept from an earlier measurement)."""
+    Every row names what it was measured on: a frame without a ``processor`` column was measured on this machine's
+    CPU (``with_processor``); one with it keeps each row's (rows kept from an earlier measurement, GPU rows)."""
     from lra_base.atomic import write_atomic
 
     path = Path(out) / name
-    write_atomic(path, (frame if "cpu" in frame else with_cpu(frame)).to_csv(index=False))
+    write_atomic(path, (frame if "processor" in frame else with_processor(frame)).to_csv(index=False))
     if say:
         print(f"wrote {path}")
     return path

@@ -156,8 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     threads = case_env("default", args.threads)["OMP_NUM_THREADS"]
     case = {"task": args.task, "attention": args.attention, "threads": threads, "steps": args.steps,
             "release_every": args.release_every, "overrides": " ".join(args.overrides)}
-    summary = summary.assign(**case)  # what the table's title would otherwise have to assume
     print(summary.to_string(float_format=lambda x: f"{x:.3f}"))
+    summary = summary.assign(**case)  # what the table's title would otherwise have to assume
     write_csv(summary.reset_index(), out, "allocator.csv")
     return 0
 

@@ -19,7 +19,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import attention_zoo
-from benchmarks import write_csv
+from benchmarks import with_processor, write_csv
 from lra.run.allocator import reuse_freed_memory
 from lra.run.outputs import BENCH
 from lra_base.atomic import save_figure
@@ -213,6 +213,7 @@ def main(argv=None) -> int:
     frame = pd.DataFrame(rows)
     out = Path(args.out)
     frame["allocator"] = allocator
+    frame = with_processor(frame, device)  # a GPU's rows name the GPU
     stem = ("fig2" if args.paper_fig2 else f"bench_{args.device}") + ("_reuse" if args.reuse_memory else "")
     write_csv(frame, out, f"{stem}.csv", say=False)
     plot(frame, out / f"{stem}.png", "peak memory (MiB)" if device.type == "cuda" else "saved for backward (MiB)")

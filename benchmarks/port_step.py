@@ -37,7 +37,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from attention_zoo import extra_inputs
-from benchmarks import machine_cpu, with_cpu, write_csv
+from benchmarks import this_processor, with_processor, write_csv
 from lra.config import compose_run
 from lra.model import AttentionBlock
 from lra.run.allocator import reuse_freed_memory
@@ -177,7 +177,7 @@ def compare(attention: str, port: tuple, batch: dict[str, Tensor], args) -> list
     return rows
 
 
-MEASURED_WITH = ("batch", "length", "steps", "threads", "cpu")  # what the rows --merge puts side by side must share
+MEASURED_WITH = ("batch", "length", "steps", "threads", "processor")  # what rows --merge puts side by side share
 
 
 def unmergeable(path: Path, args: argparse.Namespace) -> str | None:
@@ -191,11 +191,11 @@ def unmergeable(path: Path, args: argparse.Namespace) -> str | None:
     kept = pd.read_csv(path, keep_default_na=False)
     kept = kept[~kept.mechanism.isin(args.attentions)]
     now = {"batch": args.batch, "length": args.length, "steps": args.steps, "threads": torch.get_num_threads(),
-           "cpu": machine_cpu()}
+           "processor": this_processor()}
     differ = [f"{key} {sorted(set(kept[key]))} -> {now[key]}" for key in MEASURED_WITH
               if key in kept and (kept[key] != now[key]).any()]
-    if len(kept) and "cpu" not in kept:
-        differ.append(f"cpu not recorded -> {now['cpu']}")
+    if len(kept) and "processor" not in kept:
+        differ.append(f"processor not recorded -> {now['processor']}")
     if differ:
         return (f"--merge would put rows measured with other settings beside this run's ({'; '.join(differ)}): "
                 f"measure every mechanism again without --merge, or with the kept rows' settings")
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(f"{attention:>9} ours ({row['ours']}): {row['ours_ms']:9.1f} ms, port {row['port_ms']:9.1f} ms, "
                   f"ours / port {row['ours_over_port']:.2f} (CPU time {row['cpu_ours_over_port']:.2f})", flush=True)
-    frame = with_cpu(pd.DataFrame(rows))
+    frame = with_processor(pd.DataFrame(rows))
     out = Path(args.out)
     written = frame
     if args.merge and (out / "port_step.csv").exists():
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         order = {name: i for i, name in enumerate(MECHANISMS)}
         written = written.sort_values("mechanism", key=lambda c: c.map(order), kind="stable")
     write_csv(written, out, "port_step.csv", say=False)
-    shown = frame.drop(columns=["our_options", "batch", "length", "steps", "threads", "cpu"])
+    shown = frame.drop(columns=["our_options", "batch", "length", "steps", "threads", "processor"])
     print(shown.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     print(f"wrote {out / 'port_step.csv'}")
     return 0

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks import attention_name, machine_cpu, write_csv
+from benchmarks import attention_name, this_processor, write_csv
 from benchmarks.revision import ROOT, unpack
 from lra.run.outputs import BENCH
 from lra_base.errors import UserError
@@ -93,12 +93,13 @@ def main(argv: list[str] | None = None) -> int:
                 raise UserError(f"--against {args.against}: it has no {', '.join(missing)}, so its run_estimate would "
                                 f"import this tree's; give a later commit")
             commits = {"this tree": commit_of(None), args.against: commit_of(args.against)}
-            cpu = machine_cpu()  # both versions' rows: the revision's run_estimate may predate its cpu column
+            processor = this_processor()  # both versions' rows: the revision's run_estimate may predate the column
             for i in range(args.rounds):
                 pair = [("this tree", ROOT), (args.against, old)]
                 for version, folder in pair if i % 2 else pair[::-1]:
                     for row in estimate(folder, Path(tmp) / f"{i}-{folder.name}", args):
-                        rows.append({"round": i, "version": version, "commit": commits[version], **row, "cpu": cpu})
+                        rows.append({"round": i, "version": version, "commit": commits[version], **row,
+                                     "processor": processor})
                         print(f"round {i + 1}, {version}: {row['attention']} {row['total_min']:.1f} min "
                               f"(floor {row['floor_min']:.1f} at {row['gemm_gflops']:.1f} GFLOP/s)", flush=True)
                     write_csv(pd.DataFrame(rows), out, "run_estimate_versions.csv", say=False)

@@ -202,15 +202,16 @@ SECTIONS: list[tuple[str, str, Callable[[pd.DataFrame], str]]] = [
 
 
 def measured_on(frame: pd.DataFrame) -> str:
-    """The line under a table naming the CPU(s) its rows were measured on (``benchmarks.write_csv``'s ``cpu``): times
-    compare only within one CPU."""
-    if not has_column(frame, "cpu"):  # CSVs written before the benchmarks recorded it
-        return "CPU: not recorded (measured before the benchmarks wrote it)."
-    cpus = list(dict.fromkeys(frame["cpu"].dropna()))
-    unrecorded = " and, in rows that do not record it, another or the same" if frame["cpu"].isna().any() else ""
-    if len(cpus) == 1:
-        return f"CPU: {cpus[0]}{unrecorded}."
-    return f"CPUs: {'; '.join(cpus)}{unrecorded} (column `cpu`): times compare only between rows of one CPU."
+    """The line under a table naming the processor(s) its rows were measured on (``benchmarks.write_csv``'s
+    ``processor``): times compare only within one."""
+    recorded = frame["processor"].dropna() if has_column(frame, "processor") else pd.Series(dtype=object)
+    if recorded.empty:  # CSVs written before the benchmarks recorded it
+        return "Measured on: not recorded (the CSV predates the benchmarks' processor column)."
+    names = list(dict.fromkeys(recorded))
+    unrecorded = "; some rows do not record theirs" if len(recorded) < len(frame) else ""
+    if len(names) == 1:
+        return f"Measured on: {names[0]}{unrecorded}."
+    return f"Measured on: {'; '.join(names)}{unrecorded} (column `processor`): times compare only within one."
 
 
 def render(bench: Path) -> str:

@@ -54,7 +54,9 @@ class CheckpointOnPreemption(pl.Callback):
     With ``task.micro_batches`` the stop waits for the last part of the batch: the parts' summed gradients
     are not saved, so a checkpoint between them would resume with part of a step lost.
 
-    Lightning's own SLURM plugin takes SIGUSR1 over when it runs under SLURM with auto-requeue.
+    Under SLURM with auto-requeue this replaces Lightning's own SIGUSR1 handler (which would save an ``hpc_ckpt``
+    mid-step and requeue): the stop is the same everywhere. Before training starts (data setup, a resume's restore)
+    SIGUSR1 still has its default action, which ends the process; ``last.ckpt`` is the one from before.
 
     Under DDP the signal may reach one rank, or the ranks at different moments, and every rank must stop after
     the same batch: a signal only marks this rank (``note_sigterm``, in place of Lightning's notifier, which
@@ -100,15 +102,19 @@ class CheckpointOnPreemption(pl.Callback):
         self._marked = True
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # here Lightning's handlers are in place (it puts back the ones from before at its teardown, in every outcome,
-        # so no later SIGUSR1 to this process reaches an ended run): before, SIGTERM would kill
-        self._catch_ctrl_c()
-        if hasattr(signal, "SIGUSR1") and threading.current_thread() is threading.main_thread() \
-                and signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):  # not Lightning's SLURM requeue's
-            signal.signal(signal.SIGUSR1, self._on_sigusr1)
+        self._catch_ctrl_c()  # here Lightning's SIGTERM handler is in place: before, SIGTERM would kill
+        self._catch_sigusr1()
 
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._catch_ctrl_c()
+        self._catch_sigusr1()
+
+    def _catch_sigusr1(self) -> None:
+        """SIGUSR1 to ``_on_sigusr1`` (over Lightning's SLURM requeue handler too), set after Lightning has noted the
+        handlers it puts back at its teardown in every outcome, so no later SIGUSR1 to this process reaches an
+        ended run (set in ``setup``, it was among those put back)."""
+        if hasattr(signal, "SIGUSR1") and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGUSR1, self._on_sigusr1)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self._sigint_before is not None:

@@ -32,6 +32,6 @@ class CountedModelSummary(ModelSummary):
 
 def summary_callbacks(trainer_arguments: dict[str, Any]) -> tuple[dict[str, Any], list[ModelSummary]]:
     """The Trainer's arguments with Lightning's own summary off, and this one in its place where the run wants a
-    summary (``trainer.enable_model_summary``, on by default)."""
-    wanted = trainer_arguments.get("enable_model_summary", True)
+    summary (``trainer.enable_model_summary``: on unless false, as Lightning reads it; none under ``barebones``)."""
+    wanted = trainer_arguments.get("enable_model_summary") is not False and not trainer_arguments.get("barebones")
     return {**trainer_arguments, "enable_model_summary": False}, [CountedModelSummary()] if wanted else []

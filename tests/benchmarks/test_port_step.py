@@ -142,12 +142,12 @@ def test_merge_refuses_rows_of_another_or_an_unrecorded_cpu(stand_in_port, tmp_p
               "--out", str(tmp_path), "--checkpoint-ours"]
     assert port_step.main([*common, "--attentions", "softmax", "nystrom"]) == 0
     frame = pd.read_csv(tmp_path / "port_step.csv", keep_default_na=False)
-    assert set(frame.cpu) == {benchmarks.machine_cpu()}
-    (frame.drop(columns="cpu") if kept_cpu is None else frame.assign(cpu=kept_cpu)).to_csv(
+    assert set(frame.processor) == {benchmarks.this_processor()}
+    (frame.drop(columns="processor") if kept_cpu is None else frame.assign(processor=kept_cpu)).to_csv(
         tmp_path / "port_step.csv", index=False)
     before = (tmp_path / "port_step.csv").read_bytes()
     with pytest.raises(SystemExit):
         port_step.main([*common, "--attentions", "softmax", "--merge"])
     err = capsys.readouterr().err
-    assert ("cpu not recorded" if kept_cpu is None else f"cpu ['{kept_cpu}']") in err
+    assert ("processor not recorded" if kept_cpu is None else f"processor ['{kept_cpu}']") in err
     assert (tmp_path / "port_step.csv").read_bytes() == before

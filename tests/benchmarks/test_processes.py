@@ -23,7 +23,7 @@ def test_the_ways_take_turns_and_each_round_is_paired(tmp_path, monkeypatch, cap
     assert [way for way, _ in calls] == ["threads", "ddp", "ddp", "threads", "threads", "ddp"]
     assert len({folder for _, folder in calls}) == 6  # a fresh run folder each time
     frame = pd.read_csv(tmp_path / "processes.csv")
-    assert list(frame.columns) == ["round", "way", "fit_s", "cpu"] and len(frame) == 6
+    assert list(frame.columns) == ["round", "way", "fit_s", "processor"] and len(frame) == 6
     out = capsys.readouterr().out
     median = next(line for line in out.splitlines() if line.startswith("| median"))
     assert [cell.strip() for cell in median.strip("|").split("|")] == ["median", "100.0", "83.0", "0.83x"]

@@ -29,7 +29,7 @@ def test_the_modes_take_turns_and_the_ratio_is_kept_over_flushed(tmp_path, monke
     assert rows["trained (step 1,500)"] == ["2.000", "1.000", "2.00x"]
     assert rows["initialised"] == ["1.500", "1.500", "1.00x"]
     frame = pd.read_csv(tmp_path / "subnormals.csv")
-    assert list(frame.columns) == ["round", "subnormals", "model", "step_s", "checkpoint_step", "settings", "cpu"]
+    assert list(frame.columns) == ["round", "subnormals", "model", "step_s", "checkpoint_step", "settings", "processor"]
     assert len(frame) == 12
 
 

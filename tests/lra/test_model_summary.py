@@ -47,6 +47,8 @@ def test_lightnings_own_summary_is_replaced_or_stays_off():
     assert arguments == {"max_steps": 5, "enable_model_summary": False}
     assert [type(c) for c in callbacks] == [CountedModelSummary]
     assert summary_callbacks({"enable_model_summary": False})[1] == []
+    assert summary_callbacks({"barebones": True})[1] == []
+    assert [type(c) for c in summary_callbacks({"enable_model_summary": None})[1]] == [CountedModelSummary]
 
 
 def test_a_run_prints_its_summary_without_a_flops_column(tiny_data_dir, tmp_path, caplog):

@@ -39,10 +39,11 @@ def reference(tiny_data_dir, tmp_path_factory) -> dict:
     return run(tiny(tiny_data_dir), tmp_path_factory.mktemp("reference"))["metrics"]
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGUSR1],
+                         ids=["sigterm", "ctrl-c", "sigusr1"])
 def test_a_signal_during_the_test_lets_it_finish_and_the_run_completes(signum, reference, tiny_data_dir, tmp_path,
                                                                         monkeypatch):
-    handler = signal.getsignal(signal.SIGINT)
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGUSR1)}
     with monkeypatch.context() as patch:
         patch.setattr(CheckpointOnPreemption, "on_test_batch_start", signal_at_first_test_batch(signum),
                       raising=False)
@@ -51,4 +52,4 @@ def test_a_signal_during_the_test_lets_it_finish_and_the_run_completes(signum, r
     assert record["status"] == saved["status"] == "completed" and saved["error"] is None
     for metric in ("val_acc", "test_acc", "test_loss"):  # the whole test split, as without the signal
         assert saved["metrics"][metric] == pytest.approx(reference[metric], rel=1e-6, abs=1e-9), metric
-    assert signal.getsignal(signal.SIGINT) == handler  # restored after the run
+    assert {signum: signal.getsignal(signum) for signum in handlers} == handlers  # restored after the run

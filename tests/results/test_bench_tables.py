@@ -127,17 +127,18 @@ def test_allocator_section_names_the_case_its_csv_records(tmp_path):
 
 
 @pytest.mark.parametrize("cpus, says", [
-    (None, "CPU: not recorded"),
-    (["AMD EPYC 7B13 (avx2)"] * 2, "CPU: AMD EPYC 7B13 (avx2)."),
-    (["AMD EPYC 7B13 (avx2)", "Intel Xeon (avx512)"], "CPUs: AMD EPYC 7B13 (avx2); Intel Xeon (avx512)"),
-    (["AMD EPYC 7B13 (avx2)", None], "CPU: AMD EPYC 7B13 (avx2) and, in rows that do not record it"),
+    (None, "Measured on: not recorded"),
+    ([None, None], "Measured on: not recorded"),
+    (["AMD EPYC 7B13 (avx2)"] * 2, "Measured on: AMD EPYC 7B13 (avx2)."),
+    (["AMD EPYC 7B13 (avx2)", "Intel Xeon (avx512)"], "Measured on: AMD EPYC 7B13 (avx2); Intel Xeon (avx512) ("),
+    (["AMD EPYC 7B13 (avx2)", None], "Measured on: AMD EPYC 7B13 (avx2); some rows do not record theirs."),
 ])
 def test_each_section_names_the_cpu_its_rows_were_measured_on(tmp_path, cpus, says):
     """Before, no benchmark table said on which CPU its times were taken (they differ several-fold between these
     machines)."""
     frame = pd.DataFrame({"attention": ["linear", "llops"], "length": [1024, 1024], "fwd_bwd_s": [0.006, 0.025]})
     if cpus is not None:
-        frame["cpu"] = cpus
+        frame["processor"] = cpus
     frame.to_csv(tmp_path / "bench_cpu.csv", index=False)
     text = bench_tables.render(tmp_path)
     assert says in text and text.index(says) > text.index("| 1,024")
@@ -147,7 +148,17 @@ def test_a_benchmark_csv_names_this_machines_cpu_unless_its_rows_name_theirs(tmp
     import benchmarks
 
     benchmarks.write_csv(pd.DataFrame({"x": [1, 2]}), tmp_path, "a.csv")
-    assert set(pd.read_csv(tmp_path / "a.csv").cpu) == {benchmarks.machine_cpu()}
-    assert "(" in benchmarks.machine_cpu() and f"wrote {tmp_path / 'a.csv'}" in capsys.readouterr().out
-    benchmarks.write_csv(pd.DataFrame({"x": [1], "cpu": ["kept (avx2)"]}), tmp_path, "b.csv", say=False)
-    assert list(pd.read_csv(tmp_path / "b.csv").cpu) == ["kept (avx2)"] and capsys.readouterr().out == ""
+    assert set(pd.read_csv(tmp_path / "a.csv").processor) == {benchmarks.this_processor()}
+    assert "(" in benchmarks.this_processor() and f"wrote {tmp_path / 'a.csv'}" in capsys.readouterr().out
+    benchmarks.write_csv(pd.DataFrame({"x": [1], "processor": ["kept (avx2)"]}), tmp_path, "b.csv", say=False)
+    assert list(pd.read_csv(tmp_path / "b.csv").processor) == ["kept (avx2)"] and capsys.readouterr().out == ""
+
+
+def test_a_gpu_benchmark_names_the_gpu_not_the_host_cpu(monkeypatch):
+    import torch
+
+    import benchmarks
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    assert benchmarks.this_processor(torch.device("cuda")) == "cuda: NVIDIA H100 80GB HBM3"
+    assert benchmarks.this_processor(torch.device("cpu")) == benchmarks.this_processor()
