@@ -73,7 +73,7 @@ def test_a_committed_copy_of_a_completed_run_is_reused_where_its_folder_is_empty
     monkeypatch.setattr(train, "run", no_training)
     reused = _runs.train_or_reuse(cfg, run_dir)
     assert reused["metrics"] == {"test_acc": 0.9} and reused["run_dir"] == str(copy)
-    assert ar_ablation.crossing_step(reused) == 19  # the copy's metrics.csv is its curve
+    assert ar_ablation.crossing_step(reused) == 20  # the copy's metrics.csv is its curve; logged at index 19
     assert _runs.reusable_record(replace(cfg, rerun=True), run_dir) is None
     other = json.loads((copy / "result.json").read_text())
     other["config"]["task"]["max_steps"] += 1

@@ -43,6 +43,19 @@ def test_published_values_sit_beside_ours_joined_on_the_keys(tmp_path):
     assert columns.index("accuracy (published)") == columns.index("accuracy") + 1
 
 
+def test_a_published_value_sits_only_beside_the_row_of_its_own_m(tmp_path):
+    """Before, ar_ablation joined on setting, method and p, so the paper's m = 256 accuracy (99) sat beside our
+    m = 64 row too."""
+    rows = [{"setting": "width192", "method": "llops", "p": 4, "m": m, "d": 96, "r": None, "accuracy": acc}
+            for m, acc in ((256, 88.8), (64, 70.0))]
+    record = json.loads(write_analysis_record("ar_ablation", rows, keys=list(ar_ablation.KEYS), config={},
+                                              started=time.time(), published="llops_ar_ablation",
+                                              out_root=tmp_path).read_text())
+    table = analysis_table(record).set_index(["setting", "method", "p", "m"])
+    assert table.loc[("width192", "llops", "4", "256"), "accuracy (published)"] == 99.0
+    assert pd.isna(table.loc[("width192", "llops", "4", "64"), "accuracy (published)"])
+
+
 def test_results_command_writes_analysis_tables_and_ignores_analysis_runs(tmp_path):
     write(tmp_path / "outputs" / "analyses")
     run_dir = tmp_path / "outputs" / "analyses" / "ar_ablation" / "runs" / "r"
@@ -95,7 +108,7 @@ def test_ar_ablation_rows_share_the_llops_run_of_the_narrow_width_and_take_each_
     table = ar_ablation.summarise(rows, records)
     assert {r["lr"] for r in table} == {1e-3}
     assert table[0]["accuracy"] == pytest.approx(60) and table[0]["std"] == pytest.approx(14.142, abs=1e-3)
-    assert table[0]["seeds"] == 2 and table[0]["crossing_steps"] == "299 299"
+    assert table[0]["seeds"] == 2 and table[0]["crossing_steps"] == "300 300"  # logged at index 299
     assert table[4]["m"] is None and table[2]["m"] == 256
     table[5]["accuracy"], table[4]["accuracy"] = 40.0, 50.0  # width128: BASED ahead at m = 64
     verdicts = ar_ablation.claims(table)
