@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     records = {row["key"]: {lr: [done[run_label(row, s, lr)] for s in range(args.seeds)] for lr in args.lrs}
                for row in rows}
     table = summarise(rows, records)
-    steps = next(iter(jobs.values()))[0]["task"]["max_steps"]
+    steps = next(iter(jobs.values()))[0].task.max_steps
     failed = sorted(label for label, record in done.items() if record.get("status") != "completed")
     notes = [f"Ours: CPU scale, seq_len/pairs/vocab of conf/task/ar.yaml, widths {args.widths[0]} (row width128) "
              f"and {args.widths[1]} (row width192), m in {args.features}, {steps} steps, lr the best of "

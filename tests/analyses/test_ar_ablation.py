@@ -32,3 +32,16 @@ def test_an_unknown_setting_is_refused(capsys):
     with pytest.raises(SystemExit):
         ar_ablation.parse_args(["--settings", "width256"])
     assert "width192" in capsys.readouterr().err
+
+
+def test_the_quick_command_trains_tabulates_and_records(tmp_path):
+    """The command end to end (its main had gone untested and failed after the runs, on a Run read as a dict)."""
+    import json
+
+    code = ar_ablation.main(["--quick", "--settings", "width192", "--jobs", "1", "--out-root", str(tmp_path / "runs"),
+                             "--tables", str(tmp_path / "tables")])
+    assert code == 0
+    record = json.loads((tmp_path / "runs" / "ar_ablation" / "result.json").read_text())
+    assert record["keys"] == list(ar_ablation.KEYS) and len(record["rows"]) == 2
+    assert "20 steps" in record["notes"][0]  # the runs' own max_steps (QUICK)
+    assert (tmp_path / "tables" / "ar_ablation.md").is_file()
