@@ -55,8 +55,8 @@ def cost_rows(mechanisms: dict[str, tuple[str, dict[str, Any]]], lengths: tuple[
                 continue
             points.append(point)
             rows.append(row("fwd+bwd time", name, n, 1e3 * point["fwd_bwd_s"], "ms", ""))
-            rows.append(row("memory", name, n, point["memory_mb"], "MB", ""))
-            log(f"report_card: cost {name} n={n}: {1e3 * point['fwd_bwd_s']:.1f} ms, {point['memory_mb']:.1f} MB")
+            rows.append(row("memory", name, n, point["memory_mb"], "MiB", ""))  # bytes / 2**20
+            log(f"report_card: cost {name} n={n}: {1e3 * point['fwd_bwd_s']:.1f} ms, {point['memory_mb']:.1f} MiB")
     for name in mechanisms:
         mine = [p for p in points if p["attention"] == name]
         measured = sorted(p["length"] for p in mine)
@@ -91,5 +91,5 @@ def plot(points: list[dict[str, Any]], path, device: str = "cpu") -> None:
 
     from benchmarks.attention import plot as benchmark_plot
 
-    memory = "peak allocated (MB)" if device == "cuda" else "saved for backward (MB)"
+    memory = "peak allocated (MiB)" if device == "cuda" else "saved for backward (MiB)"
     benchmark_plot(pd.DataFrame(points), path, memory)

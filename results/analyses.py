@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from lra.run.record import ANALYSIS_KIND, AnalysisRecord
+from lra.run.record_compat import analysis_rows
 from lra_base.atomic import write_atomic
 from results.collect import MalformedRecord, analysis_problem, find_records, read_record
 from results.markdown import markdown_table
@@ -48,7 +49,7 @@ def load_published(name: str) -> tuple[pd.DataFrame, str]:
 
 def analysis_table(record: AnalysisRecord) -> pd.DataFrame:
     """Our rows, with the published value of each shared column beside it when the record names a table."""
-    ours = pd.DataFrame(record["rows"])
+    ours = pd.DataFrame(analysis_rows(record))
     ours = ours[[c for c in record.get("columns") or [] if c in ours.columns] or list(ours.columns)]
     if not record.get("published"):
         return ours

@@ -108,6 +108,15 @@ def old_experiment_spelling(argv: Iterable[str]) -> str | None:
     return None
 
 
+def analysis_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """An analysis record's rows as today's code labels them: report cards written before 2026-12-06 labelled their
+    memory rows "MB", though the values were always MiB (``benchmarks.attention``: bytes / 2**20)."""
+    rows = list(record.get("rows") or [])
+    if not str(record.get("analysis", "")).startswith("report_card"):
+        return rows
+    return [{**r, "measure": "MiB"} if r.get("check") == "memory" and r.get("measure") == "MB" else r for r in rows]
+
+
 def whole_run_time(record: Mapping[str, Any]) -> float | None:
     """``wall_time_s``, except for an interrupted record from before such records kept the time of their earlier
     segments (no ``earlier_segments_s``): it timed its last segment only."""

@@ -113,3 +113,17 @@ def test_ar_ablation_rows_share_the_llops_run_of_the_narrow_width_and_take_each_
     table[5]["accuracy"], table[4]["accuracy"] = 40.0, 50.0  # width128: BASED ahead at m = 64
     verdicts = ar_ablation.claims(table)
     assert any("m = 64, width128" in v and "LLoPS >= BASED? no" in v for v in verdicts)
+
+
+def test_a_report_cards_memory_rows_read_mib_old_records_too(tmp_path):
+    """Before, a card labelled its memory rows MB; the values were always MiB (bytes / 2**20): a card written then
+    is shown in MiB, as the card writes them now."""
+    from analyses import _card_cost
+
+    rows = [_card_cost.row("memory", "llops", 1024, 1.008, "MB", ""),
+            _card_cost.row("fwd+bwd time", "llops", 1024, 3.0, "ms", "")]
+    path = write_analysis_record("report_card_llops", rows, keys=["section", "check"], config={}, started=time.time(),
+                                 out_root=tmp_path)
+    table = analysis_table(json.loads(path.read_text()))
+    assert list(table["measure"]) == ["MiB", "ms"]
+    assert table.loc[0, "value"] == 1.008
