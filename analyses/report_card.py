@@ -106,7 +106,9 @@ def card_label(name: str, own: list[str], options: list[str] = ()) -> str:
 
 
 def card_options(args: argparse.Namespace) -> list[str]:
-    """The options, as typed on the command line, in which ``args`` differ from the full card's (the defaults)."""
+    """The options, as typed on the command line, in which ``args`` differ from the full card's (the defaults), then
+    the overrides other than the attention's and Hydra's own (``model.depth=1``, ``ar:task.max_steps=3000``): they
+    change what is measured too."""
     defaults, words = parse_args([]), []
     for key in SCALE:
         value = getattr(args, key)
@@ -116,7 +118,9 @@ def card_options(args: argparse.Namespace) -> list[str]:
             continue
         values = [] if value is True else list(value) if isinstance(value, list) else [value]
         words += [f"--{key}", *map(str, values)]
-    return words
+    rest = [word for word in args.overrides if not word.startswith("attention=")
+            and not word.lstrip("+").startswith(("attention.", "hydra.", "hydra/"))]  # Hydra's own: where, not what
+    return words + sorted(rest)
 
 
 def mechanisms(name: str, own: list[str], baseline: str | None) -> dict[str, list[str]]:

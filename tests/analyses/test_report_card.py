@@ -205,7 +205,7 @@ def test_learning_trains_once_and_the_next_card_reuses_the_runs(tmp_path, monkey
         ("ListOps quick, 2 steps", "linear"), ("ListOps quick, 2 steps", "softmax"),
         ("MQAR (task=ar), 2 steps", "linear"), ("MQAR (task=ar), 2 steps", "softmax")]
     assert all(r["value"] is not None and "reused 0 of 1" in r["detail"] and r["majority"] > 0 for r in rows)
-    figure = f"{label('attention=linear', '--sections', 'learning', '--quick')}_learning.png"
+    figure = f"{label('attention=linear', *tiny)}_learning.png"  # its model and data words name the card too
     assert (tmp_path / "tables" / "report_cards" / figure).is_file() and "majority class" in page
     assert (tmp_path / "outputs" / "ar" / "softmax" / "seed0").is_dir()
     status, rows, _ = card(tmp_path, "attention=linear", *tiny)
@@ -258,6 +258,16 @@ def test_a_quick_or_partial_card_never_takes_the_full_cards_name():
     assert len(partial) == 4 and not partial & {"llops", "llops_quick"}
     assert report_card.card_options(report_card.parse_args(["attention=llops", "--long", "96", "--quick"])) == [
         "--quick", "--long", "96"]  # the page's command shows them
+
+
+def test_a_card_of_other_model_or_training_settings_never_takes_the_full_cards_name():
+    """Before, attention=llops model.depth=1 (or ar:task.max_steps=3000) was named llops and replaced the full card."""
+    changed = {label("attention=llops", *words) for words in (["model.depth=1"], ["ar:task.max_steps=3000"],
+                                                               ["seed=1"], ["model.depth=1", "seed=1"])}
+    assert len(changed) == 4 and not changed & {"llops", "llops_quick"}
+    assert label("attention=llops", "seed=1", "model.depth=1") == label("attention=llops", "model.depth=1", "seed=1")
+    assert label("attention=llops", "attention.degree=2") == report_card.card_label("llops", ["attention.degree=2"])
+    assert label("attention=llops", "hydra.searchpath=[file:///elsewhere]") == "llops"  # where configs are, not what
 
 
 def test_an_option_the_yaml_leaves_out_is_the_cards_own():
