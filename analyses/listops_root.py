@@ -197,17 +197,21 @@ def notes() -> list[str]:
 
 def earlier_rows(path: Path, measured: list[dict[str, Any]], splits: list[str]) -> tuple[list[dict], list[str]]:
     """The rows and run folders of the listops_root record at ``path`` for runs not among ``measured`` (same
-    attention, tag and seed); a ``UserError`` if it is not such a record or lacks one of ``splits``."""
+    attention, tag and seed); a ``UserError`` if it is not such a record, or its splits are not ``splits`` (one it
+    lacks has no rows to keep; one not given would be dropped from the runs not measured again)."""
     try:
         record = json.loads(read_regular(path))
     except (OSError, ValueError) as err:
         raise UserError(f"--add-to {path}: not a readable record ({err})") from None
     if not isinstance(record, dict) or record.get("analysis") != NAME or not isinstance(record.get("rows"), list):
         raise UserError(f"--add-to {path}: not a {NAME} record; give results/runs/analyses/{NAME}/result.json")
-    missing = sorted(set(splits) - set(record.get("config", {}).get("splits", [])))
-    if missing:
-        raise UserError(f"--add-to {path}: it has no {', '.join(missing)} rows; measure with its splits "
-                        f"({', '.join(record['config'].get('splits', []))})")
+    had = record.get("config", {}).get("splits", [])
+    missing, dropped = sorted(set(splits) - set(had)), sorted(set(had) - set(splits))
+    if missing or dropped:
+        said = f"it has no {', '.join(missing)} rows" if missing else \
+            f"its {', '.join(dropped)} rows of the other runs would be dropped"
+        raise UserError(f"--add-to {path}: {said}; measure with its splits "
+                        f"({' '.join(f'--split {split}' for split in had)})")
     new = {(r["attention"], r["tag"], r["seed"]) for r in measured}
     kept = [r for r in record["rows"] if (r["attention"], r["tag"], r["seed"]) not in new and r["split"] in splits]
     ids = {(r["attention"], f"seed{r['seed']}", r["tag"]) for r in kept}
