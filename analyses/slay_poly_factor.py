@@ -192,11 +192,12 @@ def exact_latency_ms(cfg: Config, repeats: int) -> float:
 
 
 def mean_std(values: list) -> tuple[float | None, float | None]:
-    """Mean and sample std (0 for one value) of the non-missing values; Nones when there are none."""
+    """Mean and sample std of the non-missing values (std None for one value: no spread was measured); Nones when
+    there are none."""
     values = [v for v in values if v is not None]
     if not values:
         return None, None
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
 
 
 def summarize(cells: list[dict]) -> list[dict]:

@@ -133,3 +133,11 @@ def test_quick_command_writes_record_table_and_png(tmp_path):
     assert (tables / "slay_poly_factor.md").read_text().count("|") > 50
     assert (tables / "slay_poly_factor.png").stat().st_size > 10_000
     assert (out_root / "slay_poly_factor" / "sweep.csv").exists()
+
+
+def test_one_seed_has_no_std_rather_than_a_zero_one():
+    """Before, --seeds 1 wrote rel_l2_std 0.0, which reads as no spread."""
+    assert slay_poly_factor.mean_std([0.5]) == (0.5, None)
+    assert slay_poly_factor.mean_std([None, None]) == (None, None)
+    mean, std = slay_poly_factor.mean_std([0.5, 0.7, None])
+    assert mean == pytest.approx(0.6) and std == pytest.approx(0.1414, abs=1e-4)
