@@ -15,6 +15,7 @@ import torch
 
 from lra.run.record_compat import upgrade
 from lra.run.run_files import is_set_aside
+from lra.run.same_run import changes_from, held_run
 from lra.settings import Run
 
 NAME = "microscope"
@@ -22,8 +23,9 @@ MODELS = Path("outputs/analyses") / NAME / "models"
 
 
 def finished_run(run: Run, roots: list[Path]) -> Path | None:
-    """The best checkpoint of a completed run under ``roots`` that computed what ``run`` computes (its identity,
-    ``Run.differences``; newest first). A run that ``rerun=true`` set aside (``replaced/<time>/``) is not one."""
+    """The best checkpoint of a completed run under ``roots`` that computed what ``run`` computes (its identity and
+    its data, ``lra.run.same_run.changes_from``; newest first). A run that ``rerun=true`` set aside
+    (``replaced/<time>/``) is not one."""
     records = [p for root in roots if root.is_dir() for p in root.rglob("result.json") if not is_set_aside(p)]
     for path in sorted(records, key=lambda p: p.stat().st_mtime, reverse=True):
         try:
@@ -34,7 +36,7 @@ def finished_run(run: Run, roots: list[Path]) -> Path | None:
             continue
         best = record.get("best_checkpoint")
         config = record.get("config")
-        if best and isinstance(config, dict) and not upgrade(config).differences(run):
+        if best and isinstance(config, dict) and not changes_from(held_run(path.parent), run):
             best = Path(best)
             local = path.parent / "checkpoints" / best.name  # a moved run folder
             for candidate in (best, local):

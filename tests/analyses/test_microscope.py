@@ -150,6 +150,24 @@ def test_finished_run_matches_what_was_learned(tmp_path):
     assert finished_run(upgrade({**cfg, "model": {"dim": 16, "checkpoint_blocks": False}}), [tmp_path]) is None
 
 
+def test_a_run_trained_on_other_data_is_not_reused(tmp_path, monkeypatch):
+    """Before, only the settings were compared: after ListOps was regenerated, the old run's checkpoint was reused."""
+    from lra.run import same_run
+
+    cfg = {"seed": 0, "tag": "quick", "task": {"name": "listops"}, "attention": {"name": "linear"}}
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "best.ckpt").write_bytes(b"")
+    trained = {"path": "/data/quick/listops", "splits": {"train": "aaa", "val": "bbb", "test": "ccc"}}
+    record = {"status": "completed", "best_checkpoint": str(run / "checkpoints" / "best.ckpt"), "config": cfg,
+              "data": trained}
+    (run / "result.json").write_text(json.dumps(record))
+    monkeypatch.setattr(same_run, "current_data", lambda _: trained)
+    assert finished_run(upgrade(cfg), [tmp_path]) == run / "checkpoints" / "best.ckpt"
+    monkeypatch.setattr(same_run, "current_data", lambda _: {**trained, "splits": {**trained["splits"], "val": "x"}})
+    assert finished_run(upgrade(cfg), [tmp_path]) is None
+
+
 def test_a_run_that_rerun_set_aside_is_not_reused(tmp_path):
     cfg = {"seed": 0, "tag": "quick", "task": {"name": "listops"}, "attention": {"name": "linear"}}
     run = tmp_path / "linear" / "seed0" / "quick"
