@@ -65,9 +65,12 @@ def full_split_accuracy(modules: dict[str, Any], config: dict, model_file: Path,
 
 def write_record(out: Path, args) -> int:
     """Write ``out/result.json`` and ``out/metrics.csv`` from the run in ``out``; 0, or 1 when it is unfinished."""
-    from .nystromformer_code import ATTENTION, TAG, TASK, import_port, model_config, port_examples
+    from .nystromformer_code import ATTENTION, TAG, TASK, data_digest, import_port, model_config, port_examples
 
     facts = json.loads((out / "port.json").read_text())
+    if (trained := facts.get("data_manifest_sha256")) != (given := data_digest(args.data_dir)):
+        raise SystemExit(f"error: {out} trained on other data than --data-dir {args.data_dir} holds (manifest "
+                         f"sha256 {str(trained)[:12]}, there {given[:12]}): give the data it trained on")
     entries = read_log(out / "logs" / LOG_NAME)
     modules = import_port(args.port.resolve())
     training = modules["lra_config"].config[TASK]["training"]

@@ -109,6 +109,9 @@ def test_a_resume_on_other_data_is_refused_naming_both(tiny, tmp_path):
     refused = run(port, other, out, "--train")
     assert refused.returncode != 0
     assert "was started with another data_manifest_sha256" in refused.stderr
+    refused = run(port, other, out, "--record")  # before: scored on the other data, under the trained data's hash
+    assert refused.returncode != 0 and "trained on other data than --data-dir" in refused.stderr
+    assert not (out / "result.json").exists()
 
 
 def test_the_record_holds_the_port_numbers_and_the_tables_show_them_beside_study_port(tiny, tmp_path):
