@@ -205,11 +205,14 @@ def main(argv: list[str] | None = None) -> int:
              *(QUICK if args.quick else []), *args.overrides]
     print(f"{len(args.variants)} variant(s), {args.steps} training steps each at batch {args.batch}, one thread; "
           f"measured at steps {args.at} on {args.probe_size} validation sequences", file=sys.stderr, flush=True)
-    rows = []
+    rows, stopped = [], []
     with torch_threads(1):
         for name in args.variants:
             run = variant_config(name, args.width, args.seed, args.lr, extra)
-            rows += measure(name, run, args.steps, args.at, args.probe_size, args.sketch_lr)
+            measured = measure(name, run, args.steps, args.at, args.probe_size, args.sketch_lr)
+            rows += measured
+            if missing := [s for s in args.at if s <= args.steps and s not in {r["step"] for r in measured}]:
+                stopped.append(f"{name}: not measured at steps {missing} (training stopped on a non-finite loss)")
     config = {"variants": {name: list(VARIANTS[name][:2]) + [VARIANTS[name][2]] for name in args.variants},
               "width": args.width, "lr": args.lr, "sketch_lr": args.sketch_lr, "steps": args.steps, "at": args.at,
               "batch": args.batch, "schedule_steps": args.schedule_steps, "probe_size": args.probe_size,
@@ -217,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     sketch = "" if args.sketch_lr is None else f" (the attention's own parameters {args.sketch_lr:g})"
     notes = [f"AR models of analyses.ar_ablation at width {args.width}, lr {args.lr:g}{sketch} (AdamW, warmup 100, "
              f"linear decay over {args.schedule_steps} steps), batch {args.batch}, seed {args.seed}; measured in eval "
-             f"mode on {args.probe_size} validation sequences at steps {args.at}. Metrics: analyses/_ar_probe.py."]
+             f"mode on {args.probe_size} validation sequences at steps {args.at}. Metrics: analyses/_ar_probe.py.",
+             *stopped]
     path = write_analysis_record(NAME, rows, keys=["variant", "step", "layer"], config=config, started=started,
                                  out_root=args.out_root, notes=notes)
     written = tabulate(NAME, path, args.tables)

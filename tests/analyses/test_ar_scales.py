@@ -146,3 +146,13 @@ def test_the_sketch_learning_rate_reaches_only_the_attentions_own_parameters():
     assert {id(p) for p in sketch["params"]} == {id(p) for m in attention for p in m.parameters()}
     assert len(rest["params"]) + len(sketch["params"]) == len(list(model.parameters()))
     assert (rest["lr"], sketch["lr"]) == (1e-3, 1e-5)
+
+
+def test_a_variant_stopped_by_a_non_finite_loss_is_named_in_the_notes(tmp_path):
+    """Before, the notes said every variant was measured at every step; a stopped one's later steps just vanished."""
+    out, tables = tmp_path / "analyses", tmp_path / "tables"
+    ar_scales.main(["--quick", "--width", "16", "--variants", "llops", "--lr", "1e30", "--out-root", str(out),
+                    "--tables", str(tables)])
+    record = json.loads((out / "ar_scales" / "result.json").read_text())
+    assert {r["step"] for r in record["rows"]} == {0}
+    assert any("llops: not measured at steps [2]" in note for note in record["notes"])
