@@ -77,7 +77,8 @@ def page(label: str, shown: str, rows: list[dict[str, Any]], table_md: Path, fig
          options: list[str], seconds: float) -> str:
     """The card's markdown: ``label`` names the card, ``shown`` the attention in its rows; ``options``: those that
     make it other than the full card (``report_card.card_options``)."""
-    command = shlex.join(["python", "-m", "analyses.report_card", *args.overrides, *options])
+    flags = [word for word in options if word not in args.overrides]  # options ends with the overrides it counts
+    command = shlex.join(["python", "-m", "analyses.report_card", *args.overrides, *flags])
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     which = "the full card" if not options else "the --quick card" if options == ["--quick"] else \
         f"not the full card: {' '.join(options)}"

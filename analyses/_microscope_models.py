@@ -15,7 +15,7 @@ import torch
 
 from lra.run.record_compat import upgrade
 from lra.run.run_files import is_set_aside
-from lra.run.same_run import changes_from, held_run
+from lra.run.same_run import HeldRun, changes_from
 from lra.settings import Run
 
 NAME = "microscope"
@@ -36,7 +36,8 @@ def finished_run(run: Run, roots: list[Path]) -> Path | None:
             continue
         best = record.get("best_checkpoint")
         config = record.get("config")
-        if best and isinstance(config, dict) and not changes_from(held_run(path.parent), run):
+        held = HeldRun(True, path, config, record=record, data=record.get("data"))  # the record just read
+        if best and isinstance(config, dict) and not changes_from(held, run):
             best = Path(best)
             local = path.parent / "checkpoints" / best.name  # a moved run folder
             for candidate in (best, local):

@@ -219,17 +219,30 @@ def earlier_rows(path: Path, measured: list[dict[str, Any]], splits: list[str]) 
     return kept, runs
 
 
+def earlier_splits(path: Path | None) -> list[str]:
+    """The splits of the record ``--add-to`` names, the default ``--split`` then (its rows of the other runs are kept
+    for these only); [] without one or when it cannot be read (``earlier_rows`` says why)."""
+    if path is None:
+        return []
+    try:
+        record = json.loads(read_regular(path))
+    except (OSError, ValueError):
+        return []
+    splits = record.get("config", {}).get("splits") if isinstance(record, dict) else None
+    return [split for split in splits if split in ("test", "val")] if isinstance(splits, list) else []
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m analyses.listops_root", description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="finished ListOps run folders (with their checkpoints)")
     parser.add_argument("--split", dest="splits", action="append", choices=("test", "val"),
-                        help="test (the default) or val; repeat for both")
+                        help="test or val, repeat for both (default: test, or the --add-to record's splits)")
     parser.add_argument("--data-dir", help="as run.py's data_dir (default: the one the run's config names)")
     parser.add_argument("--add-to", type=Path, help="an earlier listops_root record: its rows of other runs stay")
     parser.add_argument("--out-root", default=str(ANALYSIS_ROOT), help="the record goes to OUT_ROOT/listops_root/")
     TABLES.add_to(parser)
     args = parser.parse_args(argv)
-    args.splits = list(dict.fromkeys(args.splits or ["test"]))
+    args.splits = list(dict.fromkeys(args.splits or earlier_splits(args.add_to) or ["test"]))
     args.tables = TABLES.choose(parser, args)
     return args
 

@@ -23,8 +23,9 @@ results`` for its table (``<tables>/report_card_<NAME>.{md,csv}``) and writes th
 ``results/tables``, the record under ``results/runs/analyses/``). Exit 0 when every check passed or was skipped,
 1 when the card reports a failure, 2 for a bad request (an unknown attention: one line listing the valid names).
 ``<NAME>`` is the attention's, with a digest of its ``attention.*`` words, and ``_quick`` or a digest of the other
-options that change what is measured (``--sections``, ``--long``, ``--seeds``, ``--baseline``, ...): a shorter, partial
-or larger card has its own record and page, never the full card's.
+options that change what is measured (``--sections``, ``--long``, ``--seeds``, ``--baseline``, ...) and of the other
+overrides but Hydra's own ``hydra.*`` (``data_dir=...`` too: the data may differ): a shorter, partial, larger or
+otherwise-made card has its own record and page, never the full card's.
 """
 
 from __future__ import annotations

@@ -237,7 +237,9 @@ def sweep_mean(points: list[dict], method: str, x_key: str, y_fn) -> tuple[list,
 
 
 def errorbar(ax, xs: list, ys: list, es: list, method: str) -> None:
-    """Mean +- std on log axes (the lower bar clipped above zero), one colour per method."""
+    """Mean +- std on log axes (the lower bar clipped above zero), one colour per method; no bar where one seed gave
+    no std."""
+    es = [0.0 if e is None else e for e in es]
     lower = [min(e, 0.9 * y) for y, e in zip(ys, es)]
     ax.errorbar(xs, ys, yerr=[lower, es], marker="o", capsize=3, label=method, color=f"C{METHODS.index(method)}")
 

@@ -99,8 +99,10 @@ def test_on_a_trained_run_the_numbers_are_the_recorded_and_the_files_ones(tmp_pa
         listops_root.main([*args, "--add-to", str(tmp_path / "run" / "result.json")])
     before = (tmp_path / "merged/listops_root/result.json").read_bytes()
     with pytest.raises(SystemExit, match="its val rows of the other runs would be dropped"):  # before: dropped
-        listops_root.main([*args, "--add-to", str(tmp_path / "merged/listops_root/result.json")])
+        listops_root.main(["--split", "test", *args, "--add-to", str(tmp_path / "merged/listops_root/result.json")])
     assert (tmp_path / "merged/listops_root/result.json").read_bytes() == before
+    merged = str(tmp_path / "merged/listops_root/result.json")
+    assert listops_root.parse_args([str(run_dir), "--add-to", merged]).splits == ["test", "val"]  # the record's own
     earlier["config"]["splits"] = ["test"]
     (tmp_path / "earlier.json").write_text(json.dumps(earlier))
     with pytest.raises(SystemExit, match="it has no val rows"):

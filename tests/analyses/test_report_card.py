@@ -206,6 +206,8 @@ def test_learning_trains_once_and_the_next_card_reuses_the_runs(tmp_path, monkey
         ("MQAR (task=ar), 2 steps", "linear"), ("MQAR (task=ar), 2 steps", "softmax")]
     assert all(r["value"] is not None and "reused 0 of 1" in r["detail"] and r["majority"] > 0 for r in rows)
     figure = f"{label('attention=linear', *tiny)}_learning.png"  # its model and data words name the card too
+    command = page.split("`python -m analyses.report_card ", 1)[1].split("`", 1)[0].split()
+    assert command.count(f"data_dir={tmp_path / 'data'}") == command.count("model.dim=16") == 1  # before: twice
     assert (tmp_path / "tables" / "report_cards" / figure).is_file() and "majority class" in page
     assert (tmp_path / "outputs" / "ar" / "softmax" / "seed0").is_dir()
     status, rows, _ = card(tmp_path, "attention=linear", *tiny)

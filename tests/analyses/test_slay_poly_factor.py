@@ -141,3 +141,12 @@ def test_one_seed_has_no_std_rather_than_a_zero_one():
     assert slay_poly_factor.mean_std([None, None]) == (None, None)
     mean, std = slay_poly_factor.mean_std([0.5, 0.7, None])
     assert mean == pytest.approx(0.6) and std == pytest.approx(0.1414, abs=1e-4)
+
+
+def test_one_seed_draws_its_figure_without_error_bars(tmp_path):
+    """The std of one seed is None now (not 0.0); the figure drew its bars from it and raised."""
+    out_root, tables = tmp_path / "out", tmp_path / "tables"
+    assert slay_poly_factor.main(["--quick", "--seeds", "1", "--out-root", str(out_root), "--tables", str(tables)]) == 0
+    record = json.loads((out_root / "slay_poly_factor" / "result.json").read_text())
+    assert {row["rel_l2_std"] for row in record["rows"]} == {None}
+    assert (tables / "slay_poly_factor.png").stat().st_size > 10_000
