@@ -89,6 +89,14 @@ def test_sigkill_after_first_checkpoint_then_rerun_gives_the_uninterrupted_resul
     start_and_stop_after_first_checkpoint(tmp_path, tiny_data_dir, signal.SIGKILL)
     assert not (tmp_path / "result.json").exists(), "the run finished before it could be killed"
     rerun_and_compare(tmp_path, tiny_data_dir, reference)
+    # every validation is in metrics.csv, the ones before the checkpoint too (before: held in memory, lost with
+    # the process, and a resume keeps only the file's rows before its step)
+    assert validation_steps(tmp_path) == validation_steps(Path(reference["run_dir"])) == list(range(6, 120, 7))
+
+
+def validation_steps(run_dir: Path) -> list[int]:
+    with (run_dir / "csv" / "metrics.csv").open(newline="") as file:
+        return [int(row["step"]) for row in csv.DictReader(file) if row.get("val/acc")]
 
 
 def test_sigterm_saves_a_checkpoint_exits_cleanly_and_the_rerun_completes(tiny_data_dir, tmp_path):
