@@ -35,11 +35,14 @@ class SequenceDataset(Dataset):
         return self.split.sequence(i)[: self.max_len], int(self.split.labels[i])
 
 
-def pad_batch(items: list[tuple[np.ndarray, int]], multiple: int = 1) -> dict[str, torch.Tensor]:
-    """Right-pad with id 0 to the longest sequence (rounded up to ``multiple``); keep true lengths."""
+def pad_batch(items: list[tuple[np.ndarray, int]], multiple: int = 1, limit: int | None = None) \
+        -> dict[str, torch.Tensor]:
+    """Right-pad with id 0 to the longest sequence, rounded up to ``multiple`` but never past ``limit`` (the model's
+    ``max_len``, which the sequences are cut to); keep true lengths."""
     lengths = torch.tensor([len(seq) for seq, _ in items], dtype=torch.long)
     n = int(lengths.max())
     n = -(-n // multiple) * multiple
+    n = n if limit is None else max(min(n, limit), int(lengths.max()))
     tokens = torch.zeros(len(items), n, dtype=torch.long)
     for row, (seq, _) in enumerate(items):
         tokens[row, : len(seq)] = torch.from_numpy(seq.astype(np.int64))
@@ -248,7 +251,7 @@ class CompactDataModule(pl.LightningDataModule):
         return SequenceDataset(split, self.task.max_len)
 
     def collate(self, items):
-        return pad_batch(items, self.task.data.pad_multiple)
+        return pad_batch(items, self.task.data.pad_multiple, self.task.max_len)
 
     def shard(self) -> tuple[int, int]:
         """(rank, world size) of this process: (0, 1) without DDP. The data module shards its orders itself

@@ -39,10 +39,11 @@ class PairDataset(Dataset):
         return self.split.sequence(i)[: self.max_len], second[: self.max_len], int(self.split.labels[i])
 
 
-def pad_pairs(items: list[tuple[np.ndarray, np.ndarray, int]], multiple: int = 1) -> dict[str, Tensor]:
-    """``tokens``/``lengths`` of document 1, ``tokens2``/``lengths2`` of document 2, ``labels``."""
-    first = pad_batch([(a, y) for a, _, y in items], multiple)
-    second = pad_batch([(b, y) for _, b, y in items], multiple)
+def pad_pairs(items: list[tuple[np.ndarray, np.ndarray, int]], multiple: int = 1,
+              limit: int | None = None) -> dict[str, Tensor]:
+    """``tokens``/``lengths`` of document 1, ``tokens2``/``lengths2`` of document 2, ``labels`` (``pad_batch``)."""
+    first = pad_batch([(a, y) for a, _, y in items], multiple, limit)
+    second = pad_batch([(b, y) for _, b, y in items], multiple, limit)
     return {**first, "tokens2": second["tokens"], "lengths2": second["lengths"]}
 
 
@@ -70,7 +71,7 @@ class DataModule(CompactDataModule):
         return PairDataset(split, self.task.max_len)
 
     def collate(self, items):
-        return pad_pairs(items, self.task.data.pad_multiple)
+        return pad_pairs(items, self.task.data.pad_multiple, self.task.max_len)
 
     @classmethod
     def example_batch(cls, task: Task, batch_size: int, vocab_size: int,
