@@ -100,6 +100,12 @@ def trainer_problem(trainer: object) -> str | None:
     if "accumulate_grad_batches" in trainer and not is_count(accumulated := trainer["accumulate_grad_batches"], 1):
         return (f"trainer.accumulate_grad_batches={accumulated!r}: must be an integer >= 1; to run each batch in parts "
                 f"use task.micro_batches=N instead, which keeps task.batch_size the optimizer step's batch")
+    for key, split in (("limit_val_batches", "val"), ("limit_test_batches", "test")):
+        limit = trainer.get(key)
+        if limit is not None and not (isinstance(limit, float) and limit == 1.0):
+            return (f"trainer.{key}={limit!r}: evaluation goes longest example first, so a limit would score only "
+                    f"the longest examples (and majority_acc the whole split); score a fixed random subset with "
+                    f"task.data.limit={{{split}: N}} instead")
     return None
 
 

@@ -42,8 +42,10 @@ def one_error_line(result: subprocess.CompletedProcess, expected: str) -> None:
     ("task.max_len=100000000000", "task.max_len=100000000000: its position embedding alone"),
     ("task.optim.schedule=bogus", "task.optim.schedule='bogus': must be one of linear, constant, rsqrt"),
     ("task.num_classes=1", "task.num_classes=1: must be an integer >= 2"),
+    ("+trainer.limit_val_batches=0.5", "trainer.limit_val_batches=0.5: evaluation goes longest example first"),
+    ("+trainer.limit_test_batches=1", "trainer.limit_test_batches=1: evaluation goes longest example first"),
 ], ids=["precision", "clip_nan", "clip_negative", "clip_algorithm", "accumulate", "max_len", "schedule",
-        "num_classes"])
+        "num_classes", "limit_val", "limit_test_one_batch"])
 def test_settings_that_failed_late_are_refused_before_torch_loads(tmp_path, override, expected):
     result = run_py(*SHORT, override, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, env=torchless_env(tmp_path))
     one_error_line(result, f"error: {expected}")
