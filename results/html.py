@@ -135,7 +135,7 @@ def task_table(tag: str, task: str, wide: pd.DataFrame, best: pd.DataFrame, long
     for _, label, delta in shown:
         header += [(f"{label} (published)", "number")] + ([(f"Δ {label}", "number")] if delta else [])
     if per_task:
-        header += [("train tokens/s (mean)", "number"), ("parameters", "number"), ("runs", "number")]
+        header += [("train tokens per fit second (mean)", "number"), ("parameters", "number"), ("runs", "number")]
     done = long[(long["status"] == "completed") & (long["metric"] == "test_acc") & (long["task"] == task)]
     rows = []
     for attention in attention_order(ours.index, references):

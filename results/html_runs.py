@@ -59,7 +59,8 @@ def run_block(rows: pd.DataFrame, config: object, curve: str | None, back: str |
               ("git sha", run["git_sha"] if pd.notna(run["git_sha"]) else ""),
               ("wall time", "" if pd.isna(run["wall_time_s"]) else
                f"{format_hours(run['wall_time_s'])} ({run['wall_time_s']:,.0f} s)"),
-              ("train tokens/s", "" if pd.isna(run["tokens_per_s"]) else f"{run['tokens_per_s']:,.0f}"),
+              ("train tokens per fit second (validation included)",
+               "" if pd.isna(run["tokens_per_s"]) else f"{run['tokens_per_s']:,.0f}"),
               ("machine", run["machine"] if isinstance(run.get("machine"), str) and run["machine"] else "not recorded"),
               ("parameters", "" if pd.isna(run["params"]) else f"{int(run['params']):,}"),
               ("checked against", run["protocol"] or "—"), ("record", run["path"])]
