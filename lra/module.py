@@ -94,6 +94,7 @@ class ClassificationModule(pl.LightningModule):
         self.head = self.build_head(run.model, num_classes)
         metric = partial(MulticlassAccuracy, num_classes=num_classes, average="micro")
         self.train_acc, self.val_acc, self.test_acc = metric(), metric(), metric()
+        self._step_losses: list[Tensor] = []  # the losses of this optimizer step's parts so far
         self.train_tokens = 0  # real (unpadded) training tokens over every segment of the run
         self.fit_seconds_before = 0.0  # training time of the segments before a resume
         self.segments: list[dict[str, Any]] = []  # each segment's first step and machine (lra.run.callbacks)
@@ -116,11 +117,19 @@ class ClassificationModule(pl.LightningModule):
         return int(batch["lengths"].sum())
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        """One part of an optimizer step (``task.micro_batches``; the whole batch without them). ``train/loss`` and
+        ``train/acc`` are the step's whole batch: the mean of its equal parts' losses, the accuracy over all parts
+        (logged at its last part; Lightning logs only at optimizer steps)."""
         loss, logits, targets = self.model_step(batch)
-        self.train_acc(logits, targets)
+        self.train_acc.update(logits, targets)
         self.train_tokens += self.tokens_in(batch)
-        self.log("train/loss", loss, prog_bar=True)
-        self.log("train/acc", self.train_acc, on_step=True, on_epoch=False)
+        self._step_losses.append(loss.detach())
+        if self.trainer.fit_loop.epoch_loop._should_accumulate():
+            return loss
+        losses, self._step_losses = self._step_losses, []
+        self.log("train/loss", losses[0] if len(losses) == 1 else torch.stack(losses).mean(), prog_bar=True)
+        self.log("train/acc", self.train_acc.compute())
+        self.train_acc.reset()
         return loss
 
     def _evaluate(self, batch: dict[str, Tensor], stage: str, metric: MulticlassAccuracy) -> None:

@@ -22,16 +22,28 @@ def val_rows(run_dir) -> list[tuple[int, float]]:
         return [(int(r["step"]), float(r["val/loss"])) for r in csv.DictReader(f) if r.get("val/loss")]
 
 
+def train_rows(run_dir) -> list[tuple[int, float, float]]:
+    with open(run_dir / "csv" / "metrics.csv") as f:
+        return [(int(r["step"]), float(r["train/loss"]), float(r["train/acc"])) for r in csv.DictReader(f)
+                if r.get("train/loss")]
+
+
 def test_micro_batches_train_like_the_whole_batch(tiny_data_dir, tmp_path):
     # 160 training trees in batches of 8: 20 steps an epoch, so 26 steps cross into a second epoch
     common = ["attention=linear", "experiment=quick", f"data_dir={tiny_data_dir}", *TINY, "model.dropout=0",
-              "task.batch_size=8", "task.max_steps=26", "task.eval_every=13", "trainer.enable_progress_bar=false"]
+              "task.batch_size=8", "task.max_steps=26", "task.eval_every=13", "trainer.enable_progress_bar=false",
+              "trainer.log_every_n_steps=1"]
     whole = run(compose_run(common), tmp_path / "whole")
     parts = run(compose_run([*common, "task.micro_batches=4"]), tmp_path / "parts")
     assert whole["status"] == parts["status"] == "completed"
     rows_whole, rows_parts = val_rows(tmp_path / "whole"), val_rows(tmp_path / "parts")
     assert [s for s, _ in rows_parts] == [s for s, _ in rows_whole] == [12, 25]  # optimizer steps, not parts
     assert [v for _, v in rows_parts] == pytest.approx([v for _, v in rows_whole], rel=1e-4)
+    # the logged training loss and accuracy are the step's whole batch (before: its last part's)
+    train_whole, train_parts = train_rows(tmp_path / "whole"), train_rows(tmp_path / "parts")
+    assert [s for s, *_ in train_parts] == [s for s, *_ in train_whole] and len(train_whole) >= 2
+    assert [v for _, v, _ in train_parts] == pytest.approx([v for _, v, _ in train_whole], rel=1e-4)
+    assert [a for *_, a in train_parts] == pytest.approx([a for *_, a in train_whole], abs=1e-6)
     assert parts["metrics"] == pytest.approx(whole["metrics"], rel=1e-4)
     state = torch.load(tmp_path / "parts" / "checkpoints" / "last.ckpt", weights_only=True)
     assert state["global_step"] == 26
