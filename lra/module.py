@@ -124,8 +124,8 @@ class ClassificationModule(pl.LightningModule):
         self.train_acc.update(logits, targets)
         self.train_tokens += self.tokens_in(batch)
         self._step_losses.append(loss.detach())
-        if self.trainer.fit_loop.epoch_loop._should_accumulate():
-            return loss
+        if self._trainer is not None and self._trainer.fit_loop.epoch_loop._should_accumulate():
+            return loss  # an earlier part of the step (no Trainer: a step called directly is whole)
         losses, self._step_losses = self._step_losses, []
         self.log("train/loss", losses[0] if len(losses) == 1 else torch.stack(losses).mean(), prog_bar=True)
         self.log("train/acc", self.train_acc.compute())
