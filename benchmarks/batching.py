@@ -21,6 +21,7 @@ import torch
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
+from benchmarks import this_processor
 from data_prep.compact import CompactSplit
 from data_prep.listops import NUM_CLASSES, VOCAB, sample_trees
 from lra.build import build_model
@@ -28,18 +29,11 @@ from lra.config import compose_run
 from lra.data import SequenceDataset, pad_batch
 from lra.optimizer import adamw
 from lra.run.allocator import reuse_freed_memory
-from lra.run.machine import cpu_model, read_cpuinfo, vector_units
 from lra.sampling import EpochSampler, LengthGroupedSampler
 from lra.settings import Run
 from lra_base.errors import UserError
 
 POOLS = (1, 5, 10, 20, 50, 100)
-
-
-def cpu_name() -> str:
-    """The processor and its widest vector units (``lra.run.machine``, which the run records use too)."""
-    cpuinfo = read_cpuinfo()
-    return f"{cpu_model(cpuinfo)} ({vector_units(cpuinfo)})"
 
 
 def epoch_batches(sampler: EpochSampler, size: int) -> list[np.ndarray]:
@@ -109,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     if run.reuse_freed_memory:
         reuse_freed_memory()  # as training does
-    print(f"CPU: {cpu_name()}; torch threads: {torch.get_num_threads()}")
+    print(f"CPU: {this_processor()}; torch threads: {torch.get_num_threads()}")
     tokens, offsets, labels, _ = sample_trees(args.train, seed=generate["seed"], log=lambda _: None,
                                               **{k: generate[k] for k in ("min_length", "max_length", "max_depth",
                                                                           "max_args")})

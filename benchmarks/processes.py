@@ -23,8 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks import taking_turns, write_csv
-from benchmarks.batching import cpu_name
+from benchmarks import taking_turns, this_processor, write_csv
 from lra.run.outputs import BENCH
 from results.bench_tables import processes_table
 
@@ -62,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out = BENCH.choose(parser, args)
     if min(args.steps, args.every, args.rounds) < 1:
         parser.error("--steps, --every and --rounds must be at least 1")
-    print(f"CPU: {cpu_name()}; {args.task}, {args.attention}: {args.steps} steps, validation every {args.every}")
+    print(f"CPU: {this_processor()}; {args.task}, {args.attention}: {args.steps} steps, validation every {args.every}")
     rows = []
     with tempfile.TemporaryDirectory(prefix="lra-processes-") as tmp:
         for i, way in taking_turns(WAYS, args.rounds):

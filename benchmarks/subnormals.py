@@ -23,8 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks import taking_turns, write_csv
-from benchmarks.batching import cpu_name
+from benchmarks import taking_turns, this_processor, write_csv
 from lra.run.outputs import BENCH
 from results.bench_tables import subnormals_table
 
@@ -133,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--batches, --rounds and --threads must be at least 1")
     if not args.checkpoint.is_file():
         parser.error(f"--checkpoint {args.checkpoint}: no such file (a run folder's checkpoints/last.ckpt)")
-    print(f"CPU: {cpu_name()}; {args.threads} threads; {args.checkpoint}")
+    print(f"CPU: {this_processor()}; {args.threads} threads; {args.checkpoint}")
     rows = []
     for i, mode in taking_turns(MODES, args.rounds):
         try:
