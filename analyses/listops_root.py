@@ -195,16 +195,22 @@ def notes() -> list[str]:
             "figure shows the first split given."]
 
 
-def earlier_rows(path: Path, measured: list[dict[str, Any]], splits: list[str]) -> tuple[list[dict], list[str]]:
-    """The rows and run folders of the listops_root record at ``path`` for runs not among ``measured`` (same
-    attention, tag and seed); a ``UserError`` if it is not such a record, or its splits are not ``splits`` (one it
-    lacks has no rows to keep; one not given would be dropped from the runs not measured again)."""
+def earlier_record(path: Path) -> dict[str, Any]:
+    """The listops_root record ``--add-to`` names; a ``UserError`` if it is not one."""
     try:
         record = json.loads(read_regular(path))
     except (OSError, ValueError) as err:
         raise UserError(f"--add-to {path}: not a readable record ({err})") from None
     if not isinstance(record, dict) or record.get("analysis") != NAME or not isinstance(record.get("rows"), list):
         raise UserError(f"--add-to {path}: not a {NAME} record; give results/runs/analyses/{NAME}/result.json")
+    return record
+
+
+def earlier_rows(record: dict[str, Any], path: Path, measured: list[dict[str, Any]], splits: list[str]) \
+        -> tuple[list[dict], list[str]]:
+    """The rows and run folders of the earlier ``record`` (read from ``path``) for runs not among ``measured`` (same
+    attention, tag and seed); a ``UserError`` if its splits are not ``splits`` (one it lacks has no rows to keep;
+    one not given would be dropped from the runs not measured again)."""
     had = record.get("config", {}).get("splits", [])
     missing, dropped = sorted(set(splits) - set(had)), sorted(set(had) - set(splits))
     if missing or dropped:
@@ -219,19 +225,6 @@ def earlier_rows(path: Path, measured: list[dict[str, Any]], splits: list[str]) 
     return kept, runs
 
 
-def earlier_splits(path: Path | None) -> list[str]:
-    """The splits of the record ``--add-to`` names, the default ``--split`` then (its rows of the other runs are kept
-    for these only); [] without one or when it cannot be read (``earlier_rows`` says why)."""
-    if path is None:
-        return []
-    try:
-        record = json.loads(read_regular(path))
-    except (OSError, ValueError):
-        return []
-    splits = record.get("config", {}).get("splits") if isinstance(record, dict) else None
-    return [split for split in splits if split in ("test", "val")] if isinstance(splits, list) else []
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m analyses.listops_root", description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="finished ListOps run folders (with their checkpoints)")
@@ -242,7 +235,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out-root", default=str(ANALYSIS_ROOT), help="the record goes to OUT_ROOT/listops_root/")
     TABLES.add_to(parser)
     args = parser.parse_args(argv)
-    args.splits = list(dict.fromkeys(args.splits or earlier_splits(args.add_to) or ["test"]))
+    try:  # read once, and before any measuring: a wrong --add-to fails at once
+        args.earlier = earlier_record(args.add_to) if args.add_to else None
+    except UserError as err:
+        raise SystemExit(f"error: {err}") from None
+    had = (args.earlier or {}).get("config", {}).get("splits")  # the default --split with --add-to
+    had = [split for split in had if split in ("test", "val")] if isinstance(had, list) else []
+    args.splits = list(dict.fromkeys(args.splits or had or ["test"]))
     args.tables = TABLES.choose(parser, args)
     return args
 
@@ -261,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = [str(r) for r in args.runs]
     if args.add_to:
         try:
-            kept, kept_runs = earlier_rows(args.add_to, rows, args.splits)
+            kept, kept_runs = earlier_rows(args.earlier, args.add_to, rows, args.splits)
         except UserError as err:
             raise SystemExit(f"error: {err}") from None
         rows, runs = kept + rows, kept_runs + runs
